@@ -1,0 +1,385 @@
+package frames
+
+import (
+	"fmt"
+
+	"github.com/stateindex/stateindex/budget"
+)
+
+// Apply folds one event into s: the event is the next version of the scope.
+// It checks the event against the state first and returns an error matching
+// ErrInconsistentEvent (leaving s unchanged) for an event that could not have
+// been decided from s — on replay that means a corrupt or foreign log.
+func Apply(s *State, e Event) error {
+	if s == nil || e == nil {
+		return inconsistent("nil state or event")
+	}
+	m := e.EventMeta()
+	if m.Scope != s.Scope {
+		return inconsistent("event of scope %q applied to %q", m.Scope, s.Scope)
+	}
+	if s.Version == 1<<63-1 {
+		return inconsistent("version overflow")
+	}
+	version := s.Version + 1
+	var err error
+	switch ev := e.(type) {
+	case *FramePushed:
+		err = applyPushed(s, ev, version)
+	case *FrameUpdated:
+		err = applyUpdated(s, ev)
+	case *FramePopped:
+		err = applyPopped(s, ev)
+	case *FrameSuspended:
+		err = applySuspended(s, ev)
+	case *FrameResumed:
+		err = applyResumed(s, ev)
+	case *HandleAdded:
+		err = applyHandles(s, ev.Frame, version, "", ev.Handle)
+	case *ResultAdded:
+		err = applyResult(s, ev)
+	case *FrameCompacted:
+		err = applyCompacted(s, ev, version)
+	case *ActorResumed:
+		s.Resumes++
+	case *UsageRecorded:
+		err = applyUsage(s, ev)
+	case *ToolStarted:
+		err = applyToolStarted(s, ev)
+	case *ToolFinished:
+		err = applyToolFinished(s, ev, version)
+	default:
+		return fmt.Errorf("%w: %T", ErrUnknownEventType, e)
+	}
+	if err != nil {
+		return err
+	}
+	s.Version = version
+	s.LastAt = m.At
+	s.remember(m, version)
+	return nil
+}
+
+// remember keeps the request window: consecutive events of one request
+// extend its record. The slice grows to twice the window before the oldest
+// half is dropped, so trimming is amortized.
+func (s *State) remember(m *Meta, version int64) {
+	if m.RequestID == "" {
+		return
+	}
+	if n := len(s.Requests); n > 0 {
+		last := &s.Requests[n-1]
+		if last.ID == m.RequestID && last.LastVersion == version-1 {
+			last.LastVersion = version
+			return
+		}
+	}
+	s.Requests = append(s.Requests, RequestRecord{ID: m.RequestID, Hash: cloneBytes(m.RequestHash), FirstVersion: version, LastVersion: version})
+	if s.requestIdx != nil && len(s.requestIdx) == len(s.Requests)-1 {
+		s.requestIdx[m.RequestID] = len(s.Requests) - 1
+	}
+	if len(s.Requests) > 2*s.Window {
+		s.Requests = append([]RequestRecord(nil), s.Requests[len(s.Requests)-s.Window:]...)
+		s.requestIdx = nil
+	}
+}
+
+func (s *State) frameFor(m *Meta) (*Frame, error) {
+	f := s.Frames[m.Frame]
+	if f == nil {
+		return nil, inconsistent("frame %q not in scope", m.Frame)
+	}
+	return f, nil
+}
+
+func (s *State) liveFrameFor(m *Meta) (*Frame, error) {
+	f, err := s.frameFor(m)
+	if err == nil && !f.Status.Live() {
+		err = inconsistent("frame %q is %s", f.ID, f.Status)
+	}
+	return f, err
+}
+
+func applyPushed(s *State, e *FramePushed, version int64) error {
+	if e.Frame == "" || s.Frames[e.Frame] != nil {
+		return inconsistent("frame %q pushed twice", e.Frame)
+	}
+	if err := e.Budget.Validate(); err != nil {
+		return inconsistent("pushed budget: %v", err)
+	}
+	var parent *Frame
+	pb := budget.TokenBudget{}
+	if e.ParentID != "" {
+		parent = s.Frames[e.ParentID]
+		if parent == nil || (parent.Status != StatusActive && parent.Status != StatusWaiting) {
+			return inconsistent("parent %q cannot take children", e.ParentID)
+		}
+		if e.Depth != parent.Depth+1 {
+			return inconsistent("depth %d under parent depth %d", e.Depth, parent.Depth)
+		}
+		pb = parent.Budget
+		if err := pb.AllocateForSubcall(e.Budget.Total); err != nil {
+			return inconsistent("allocation: %v", err)
+		}
+	} else if e.Depth != 0 {
+		return inconsistent("root at depth %d", e.Depth)
+	}
+	if parent != nil {
+		parent.Budget = pb
+		parent.Cost.Spawns++
+		parent.Children = append(parent.Children, e.Frame)
+		parent.Status = StatusWaiting
+	}
+	s.Frames[e.Frame] = &Frame{
+		ID: e.Frame, ParentID: e.ParentID, Goal: e.Goal, Inputs: cloneBytes(e.Inputs), Status: StatusActive,
+		Depth: e.Depth, Budget: e.Budget, Limits: e.Limits, CreatedAt: e.At, PushSeq: version,
+	}
+	s.Order = append(s.Order, e.Frame)
+	return nil
+}
+
+func applyUpdated(s *State, e *FrameUpdated) error {
+	f, err := s.liveFrameFor(&e.Meta)
+	if err != nil {
+		return err
+	}
+	b := f.Budget
+	if err := reserve(&b, e.ReserveDelta); err != nil {
+		return inconsistent("reserve: %v", err)
+	}
+	f.Budget = b
+	if e.Goal != nil {
+		f.Goal = *e.Goal
+	}
+	if e.SetInputs {
+		f.Inputs = cloneBytes(e.Inputs)
+	}
+	if e.Limits != nil {
+		f.Limits = *e.Limits
+	}
+	if e.ContextHash != nil {
+		f.ContextHash = *e.ContextHash
+	}
+	return nil
+}
+
+func applyPopped(s *State, e *FramePopped) error {
+	f, err := s.liveFrameFor(&e.Meta)
+	if err != nil {
+		return err
+	}
+	if !e.Status.Terminal() {
+		return inconsistent("pop to %s", e.Status)
+	}
+	if n := len(s.LiveChildren(f)); n > 0 {
+		return inconsistent("frame %q popped with %d live children", f.ID, n)
+	}
+	parent := s.Frames[f.ParentID]
+	if parent != nil {
+		want := chargeable(f.Cost)
+		if e.Released != f.Budget.Total || e.ChargedTokens != f.Budget.Used || e.ChargedCost != want {
+			return inconsistent("pop of %q settles %d/%d, state says %d/%d", f.ID, e.Released, e.ChargedTokens, f.Budget.Total, f.Budget.Used)
+		}
+		pb := parent.Budget
+		if err := pb.ReturnFromChild(e.Released, e.ChargedTokens); err != nil {
+			return inconsistent("settling with parent: %v", err)
+		}
+		pc, err := parent.Cost.Plus(e.ChargedCost)
+		if err != nil {
+			return inconsistent("settling with parent: %v", err)
+		}
+		parent.Budget, parent.Cost = pb, pc
+	} else if e.Released != 0 || e.ChargedTokens != 0 || !e.ChargedCost.IsZero() {
+		return inconsistent("root pop settles with no parent")
+	}
+	f.Status = e.Status
+	f.CompletedAt = e.At
+	f.Suspension = nil
+	if parent != nil && parent.Status == StatusWaiting && len(s.LiveChildren(parent)) == 0 {
+		parent.Status = StatusActive
+	}
+	return nil
+}
+
+func applySuspended(s *State, e *FrameSuspended) error {
+	f, err := s.liveFrameFor(&e.Meta)
+	if err != nil {
+		return err
+	}
+	if f.Status == StatusSuspended {
+		return inconsistent("frame %q suspended twice", f.ID)
+	}
+	sp := e.Suspension
+	if sp.TokenID == "" || s.Tokens[sp.TokenID] != nil {
+		return inconsistent("suspension token %q reused", sp.TokenID)
+	}
+	if !sp.Reason.Valid() {
+		return inconsistent("suspension reason %q", sp.Reason)
+	}
+	if sp.Limit != nil {
+		l := *sp.Limit
+		sp.Limit = &l
+	}
+	f.Status = StatusSuspended
+	f.Suspension = &sp
+	s.Tokens[sp.TokenID] = &TokenRecord{FrameID: f.ID, ExpiresAt: sp.ExpiresAt}
+	return nil
+}
+
+func applyResumed(s *State, e *FrameResumed) error {
+	f, err := s.frameFor(&e.Meta)
+	if err != nil {
+		return err
+	}
+	tok := s.Tokens[e.TokenID]
+	if f.Status != StatusSuspended || f.Suspension == nil || f.Suspension.TokenID != e.TokenID || tok == nil || tok.Used {
+		return inconsistent("resume of %q with token %q", f.ID, e.TokenID)
+	}
+	tok.Used = true
+	f.Suspension = nil
+	f.Status = StatusActive
+	if len(s.LiveChildren(f)) > 0 {
+		f.Status = StatusWaiting
+	}
+	return nil
+}
+
+// applyHandles adds handles to a live frame; group, when set, is forced on
+// each (a tool call and its result share the call id).
+func applyHandles(s *State, frameID string, version int64, group string, hs ...ContextHandle) error {
+	f := s.Frames[frameID]
+	if f == nil || !f.Status.Live() {
+		return inconsistent("handle added to frame %q that is not live", frameID)
+	}
+	total := f.ContextTokens
+	for i, h := range hs {
+		if h.ID == "" || f.Handle(h.ID) != nil || !h.Priority.Valid() || h.Tokens < 0 {
+			return inconsistent("handle %q", h.ID)
+		}
+		for _, o := range hs[:i] {
+			if o.ID == h.ID {
+				return inconsistent("handle %q twice", h.ID)
+			}
+		}
+		var err error
+		if total, err = budget.Add(total, h.Tokens); err != nil {
+			return inconsistent("context tokens: %v", err)
+		}
+	}
+	for _, h := range hs {
+		h.Seq = version
+		h.Covers = append([]string(nil), h.Covers...)
+		if group != "" {
+			h.Group = group
+		}
+		f.Handles = append(f.Handles, h)
+		if f.handleIdx != nil {
+			f.handleIdx[h.ID] = len(f.Handles) - 1
+		}
+	}
+	f.ContextTokens = total
+	return nil
+}
+
+func applyResult(s *State, e *ResultAdded) error {
+	f, err := s.liveFrameFor(&e.Meta)
+	if err != nil {
+		return err
+	}
+	for _, r := range f.Results {
+		if r.ID == e.Result.ID {
+			return inconsistent("result %q twice", r.ID)
+		}
+	}
+	f.Results = append(f.Results, e.Result)
+	return nil
+}
+
+func applyCompacted(s *State, e *FrameCompacted, version int64) error {
+	f, err := s.liveFrameFor(&e.Meta)
+	if err != nil {
+		return err
+	}
+	removed := make(map[string]bool, len(e.Removed))
+	var freed int64
+	for _, id := range e.Removed {
+		h := f.Handle(id)
+		if h == nil || removed[id] {
+			return inconsistent("compaction removes %q", id)
+		}
+		removed[id] = true
+		freed += h.Tokens
+	}
+	if e.Summary != nil && (e.Summary.ID == "" || (f.Handle(e.Summary.ID) != nil && !removed[e.Summary.ID]) || !e.Summary.Priority.Valid() || e.Summary.Tokens < 0) {
+		return inconsistent("compaction summary %q", e.Summary.ID)
+	}
+	if e.Summary != nil {
+		if _, err := budget.Add(f.ContextTokens-freed, e.Summary.Tokens); err != nil {
+			return inconsistent("compaction summary: %v", err)
+		}
+	}
+	kept := f.Handles[:0:0]
+	for _, h := range f.Handles {
+		if !removed[h.ID] {
+			kept = append(kept, h)
+		}
+	}
+	f.Handles = kept
+	f.ContextTokens -= freed
+	f.handleIdx = nil
+	if e.Summary != nil {
+		if err := applyHandles(s, f.ID, version, "", *e.Summary); err != nil {
+			return err // cannot happen after the checks above
+		}
+	}
+	return nil
+}
+
+func applyUsage(s *State, e *UsageRecorded) error {
+	f, err := s.liveFrameFor(&e.Meta)
+	if err != nil {
+		return err
+	}
+	if err := e.Cost.Validate(); err != nil {
+		return inconsistent("usage: %v", err)
+	}
+	cost, err := f.Cost.Plus(e.Cost)
+	if err != nil {
+		return inconsistent("usage: %v", err)
+	}
+	tokens, _ := e.Cost.Tokens()
+	b := f.Budget
+	if err := b.RecordUsage(tokens); err != nil {
+		return inconsistent("usage: %v", err)
+	}
+	f.Cost, f.Budget = cost, b
+	return nil
+}
+
+func applyToolStarted(s *State, e *ToolStarted) error {
+	f, err := s.liveFrameFor(&e.Meta)
+	if err != nil {
+		return err
+	}
+	if e.CallID == "" || f.ToolCall(e.CallID) != nil {
+		return inconsistent("tool call %q started twice", e.CallID)
+	}
+	f.ToolCalls = append(f.ToolCalls, ToolCall{ID: e.CallID, Name: e.Name, Input: cloneBytes(e.Input), StartedAt: e.At})
+	return nil
+}
+
+func applyToolFinished(s *State, e *ToolFinished, version int64) error {
+	f, err := s.liveFrameFor(&e.Meta)
+	if err != nil {
+		return err
+	}
+	tc := f.ToolCall(e.CallID)
+	if tc == nil || tc.Finished {
+		return inconsistent("tool call %q finished without being open", e.CallID)
+	}
+	if err := applyHandles(s, f.ID, version, e.CallID, e.CallHandle, e.ResultHandle); err != nil {
+		return err
+	}
+	tc.Finished, tc.IsError, tc.FinishedAt = true, e.IsError, e.At
+	return nil
+}

@@ -1,0 +1,648 @@
+package frames
+
+import (
+	"fmt"
+
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/compaction"
+)
+
+// Decide validates cmd against s and returns the events that carry it out.
+// It never changes s: applying the events (after they are durable) does.
+// Every rejection is an error matching one of this package's (or budget's)
+// sentinels.
+func Decide(cfg Config, s *State, cmd Command) ([]Event, error) {
+	if s == nil || cmd == nil {
+		return nil, invalid("nil state or command")
+	}
+	h := cmd.header()
+	if h.RequestID != "" {
+		if err := ValidateID("request id", h.RequestID, cfg.MaxIDBytes); err != nil {
+			return nil, err
+		}
+	}
+	if len(h.RequestHash) > 64 {
+		return nil, invalid("request hash of %d bytes", len(h.RequestHash))
+	}
+	if h.Reason > ReasonRunFinished {
+		return nil, invalid("unknown checkpoint reason %d", h.Reason)
+	}
+	if h.Now <= 0 {
+		return nil, invalid("server time not set")
+	}
+	d := decider{cfg: cfg, s: s, h: h}
+	var evs []Event
+	var err error
+	switch c := cmd.(type) {
+	case *PushFrame:
+		evs, err = d.push(c)
+	case *UpdateFrame:
+		evs, err = d.update(c)
+	case *PopFrame:
+		evs, err = d.pop(c)
+	case *AddContextHandle:
+		evs, err = d.addHandle(c)
+	case *AddResult:
+		evs, err = d.addResult(c)
+	case *RecordUsage:
+		evs, err = d.usage(c)
+	case *StartToolCall:
+		evs, err = d.startTool(c)
+	case *FinishToolCall:
+		evs, err = d.finishTool(c)
+	case *SuspendFrame:
+		evs, err = d.suspend(c)
+	case *ResumeFrame:
+		evs, err = d.resume(c)
+	case *CompactContext:
+		evs, err = d.compact(c)
+	case *ResumeActor:
+		evs, err = d.resumeActor(c)
+	default:
+		return nil, invalid("unknown command %T", cmd)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) > 0 {
+		evs[0].EventMeta().RequestHash = cloneBytes(h.RequestHash)
+	}
+	return evs, nil
+}
+
+// CheckRequest tells whether a request id was already committed in this
+// scope: dup is true with the original record when id and hash match; a
+// known id with another hash is ErrRequestIDReused.
+func (s *State) CheckRequest(id string, hash []byte) (rec RequestRecord, dup bool, err error) {
+	if id == "" {
+		return RequestRecord{}, false, nil
+	}
+	rec, ok := s.Request(id)
+	if !ok {
+		return RequestRecord{}, false, nil
+	}
+	if string(rec.Hash) != string(hash) {
+		return RequestRecord{}, false, fmt.Errorf("%w: %q", ErrRequestIDReused, id)
+	}
+	return rec, true, nil
+}
+
+type decider struct {
+	cfg Config
+	s   *State
+	h   *Header
+}
+
+func (d decider) meta(frame string, implied Reason) Meta {
+	r := d.h.Reason
+	if r == ReasonImplied {
+		r = implied
+	}
+	return Meta{Scope: d.s.Scope, Frame: frame, At: d.h.Now, RequestID: d.h.RequestID, Reason: r}
+}
+
+// frame finds a frame by id; a frame of another scope is simply not here.
+func (d decider) frame(id string) (*Frame, error) {
+	if err := ValidateID("frame id", id, d.cfg.MaxIDBytes); err != nil {
+		return nil, err
+	}
+	f := d.s.Frames[id]
+	if f == nil {
+		return nil, fmt.Errorf("%w: %q", ErrFrameNotFound, id)
+	}
+	return f, nil
+}
+
+func (d decider) liveFrame(id string) (*Frame, error) {
+	f, err := d.frame(id)
+	if err != nil {
+		return nil, err
+	}
+	if !f.Status.Live() {
+		return nil, fmt.Errorf("%w: %q is %s", ErrFrameNotLive, id, f.Status)
+	}
+	return f, nil
+}
+
+func (d decider) push(c *PushFrame) ([]Event, error) {
+	if err := ValidateID("frame id", c.FrameID, d.cfg.MaxIDBytes); err != nil {
+		return nil, err
+	}
+	if d.s.Frames[c.FrameID] != nil {
+		return nil, fmt.Errorf("%w: frame %q", ErrDuplicateID, c.FrameID)
+	}
+	if err := checkText("goal", c.Goal, d.cfg.MaxGoalBytes); err != nil {
+		return nil, err
+	}
+	if err := checkBytes("inputs", c.Inputs, d.cfg.MaxInputsBytes); err != nil {
+		return nil, err
+	}
+	b := c.Budget
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	if b.Used != 0 || b.SubcallAllocation != 0 {
+		return nil, invalid("a new frame's budget must have zero used and zero subcall allocation")
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	maxDepth := d.cfg.MaxDepth
+	var depth int64
+	if c.ParentID != "" {
+		p, err := d.frame(c.ParentID)
+		if err != nil {
+			return nil, err
+		}
+		if p.Status != StatusActive && p.Status != StatusWaiting {
+			return nil, fmt.Errorf("%w: parent %q is %s", ErrParentNotLive, p.ID, p.Status)
+		}
+		depth = p.Depth + 1
+		maxDepth = min(maxDepth, p.Budget.MaxSubframeDepth)
+		if depth > maxDepth {
+			return nil, fmt.Errorf("%w: depth %d, max %d", ErrMaxDepthExceeded, depth, maxDepth)
+		}
+		pb := p.Budget
+		if err := pb.AllocateForSubcall(b.Total); err != nil {
+			return nil, err
+		}
+		if p.Limits.Spawns > 0 && p.Cost.Spawns >= p.Limits.Spawns {
+			return nil, &budget.Violation{Code: budget.SpawnsExceeded, Current: p.Cost.Spawns + 1, Max: p.Limits.Spawns}
+		}
+		if _, err := budget.Add(p.Cost.Spawns, 1); err != nil {
+			return nil, err
+		}
+	}
+	if b.MaxSubframeDepth == 0 || b.MaxSubframeDepth > maxDepth {
+		b.MaxSubframeDepth = maxDepth
+	}
+	return []Event{&FramePushed{
+		Meta: d.meta(c.FrameID, ReasonUserMessage), ParentID: c.ParentID, Goal: c.Goal,
+		Inputs: cloneBytes(c.Inputs), Depth: depth, Budget: b, Limits: c.Limits,
+	}}, nil
+}
+
+func (d decider) update(c *UpdateFrame) ([]Event, error) {
+	f, err := d.liveFrame(c.FrameID)
+	if err != nil {
+		return nil, err
+	}
+	if c.Goal == nil && !c.SetInputs && c.Limits == nil && c.ReserveDelta == 0 && c.ContextHash == nil {
+		return nil, invalid("update names no field")
+	}
+	if c.Goal != nil {
+		if err := checkText("goal", *c.Goal, d.cfg.MaxGoalBytes); err != nil {
+			return nil, err
+		}
+	}
+	if !c.SetInputs && c.Inputs != nil {
+		return nil, invalid("inputs given without SetInputs")
+	}
+	if err := checkBytes("inputs", c.Inputs, d.cfg.MaxInputsBytes); err != nil {
+		return nil, err
+	}
+	if c.Limits != nil {
+		if err := c.Limits.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if c.ContextHash != nil {
+		if err := checkText("context hash", *c.ContextHash, 128); err != nil {
+			return nil, err
+		}
+	}
+	b := f.Budget
+	if err := reserve(&b, c.ReserveDelta); err != nil {
+		return nil, err
+	}
+	e := &FrameUpdated{Meta: d.meta(f.ID, ReasonUserMessage), Goal: c.Goal, SetInputs: c.SetInputs,
+		Inputs: cloneBytes(c.Inputs), Limits: c.Limits, ReserveDelta: c.ReserveDelta, ContextHash: c.ContextHash}
+	return []Event{e}, nil
+}
+
+// reserve reserves (delta > 0) or gives back (delta < 0) tokens.
+func reserve(b *budget.TokenBudget, delta int64) error {
+	if delta >= 0 {
+		return b.Reserve(delta)
+	}
+	if delta == -1<<63 {
+		return fmt.Errorf("%w: reserve delta %d", budget.ErrOverflow, delta)
+	}
+	return b.Unreserve(-delta)
+}
+
+// settled is a frame's budget and cost as a pop sequence changes them.
+type settled struct {
+	used     int64
+	subcall  int64
+	cost     budget.Cost
+	children int // live children left
+}
+
+func (d decider) pop(c *PopFrame) ([]Event, error) {
+	f, err := d.liveFrame(c.FrameID)
+	if err != nil {
+		return nil, err
+	}
+	switch c.Status {
+	case StatusCompleted, StatusFailed, StatusCancelled:
+	default:
+		return nil, invalid("pop status must be completed, failed or cancelled, not %s", c.Status)
+	}
+	// Frames to pop: live descendants deepest first (post-order), then f.
+	var order []*Frame
+	var walk func(*Frame)
+	walk = func(x *Frame) {
+		for _, ch := range d.s.LiveChildren(x) {
+			walk(ch)
+		}
+		order = append(order, x)
+	}
+	walk(f)
+	if len(order) > 1 && !c.Cascade {
+		return nil, fmt.Errorf("%w: %q has %d live children (pop with cascade to cancel them)", ErrLiveChildren, f.ID, len(d.s.LiveChildren(f)))
+	}
+	scratch := map[string]*settled{}
+	get := func(x *Frame) *settled {
+		st := scratch[x.ID]
+		if st == nil {
+			st = &settled{used: x.Budget.Used, subcall: x.Budget.SubcallAllocation, cost: x.Cost, children: len(d.s.LiveChildren(x))}
+			scratch[x.ID] = st
+		}
+		return st
+	}
+	implied := ReasonUserMessage
+	if f.ParentID == "" {
+		implied = ReasonRunFinished
+	}
+	var evs []Event
+	for _, x := range order {
+		st := get(x)
+		status := StatusCancelled
+		if x == f {
+			status = c.Status
+		}
+		e := &FramePopped{Meta: d.meta(x.ID, implied), Status: status}
+		if p := d.s.Frames[x.ParentID]; p != nil {
+			ps := get(p)
+			charged := chargeable(st.cost)
+			pb := budget.TokenBudget{Total: p.Budget.Total, Used: ps.used, Reserved: p.Budget.Reserved, SubcallAllocation: ps.subcall}
+			if err := pb.ReturnFromChild(x.Budget.Total, st.used); err != nil {
+				return nil, fmt.Errorf("settling %q with its parent: %w", x.ID, err)
+			}
+			pc, err := ps.cost.Plus(charged)
+			if err != nil {
+				return nil, fmt.Errorf("settling %q with its parent: %w", x.ID, err)
+			}
+			ps.used, ps.subcall, ps.cost = pb.Used, pb.SubcallAllocation, pc
+			ps.children--
+			e.Released, e.ChargedTokens, e.ChargedCost = x.Budget.Total, st.used, charged
+		}
+		evs = append(evs, e)
+	}
+	// The parent may now be over one of its limits: it is suspended, not failed.
+	if p := d.s.Frames[f.ParentID]; p != nil && p.Status != StatusSuspended {
+		if v := p.Limits.Check(scratch[p.ID].cost); v != nil {
+			e, err := d.limitSuspension(p, v, c.Mint, implied)
+			if err != nil {
+				return nil, err
+			}
+			evs = append(evs, e)
+		}
+	}
+	return evs, nil
+}
+
+// chargeable is the part of a child's cost that rolls up into its parent:
+// tokens, turns and spend add up; spawns are counted where they happen and
+// wall-clock durations overlap, so neither is charged.
+func chargeable(c budget.Cost) budget.Cost {
+	return budget.Cost{InputTokens: c.InputTokens, OutputTokens: c.OutputTokens, Turns: c.Turns, SpendMicros: c.SpendMicros}
+}
+
+func (d decider) limitSuspension(f *Frame, v *budget.Violation, m Mint, implied Reason) (Event, error) {
+	if err := d.checkMint(m); err != nil {
+		return nil, err
+	}
+	return &FrameSuspended{Meta: d.meta(f.ID, implied), Suspension: Suspension{
+		Reason: SuspendLimit, TokenID: m.TokenID, At: d.h.Now, ExpiresAt: m.ExpiresAt,
+		Limit: &budget.Violation{Code: v.Code, Current: v.Current, Max: v.Max},
+	}}, nil
+}
+
+func (d decider) checkMint(m Mint) error {
+	if err := ValidateID("token id", m.TokenID, d.cfg.MaxIDBytes); err != nil {
+		return err
+	}
+	if d.s.Tokens[m.TokenID] != nil {
+		return fmt.Errorf("%w: token %q", ErrDuplicateID, m.TokenID)
+	}
+	if m.ExpiresAt <= d.h.Now {
+		return invalid("token expiry %d is not after now %d", m.ExpiresAt, d.h.Now)
+	}
+	return nil
+}
+
+func (d decider) checkHandle(f *Frame, h *ContextHandle, extra int) error {
+	if err := ValidateID("handle id", h.ID, d.cfg.MaxIDBytes); err != nil {
+		return err
+	}
+	if f.Handle(h.ID) != nil {
+		return fmt.Errorf("%w: handle %q", ErrDuplicateID, h.ID)
+	}
+	if err := checkText("kind", h.Kind, d.cfg.MaxNameBytes); err != nil {
+		return err
+	}
+	if !h.Priority.Valid() {
+		return invalid("handle priority %d", h.Priority)
+	}
+	if err := checkText("content", h.Content, d.cfg.MaxContentBytes); err != nil {
+		return err
+	}
+	if err := budget.NonNegative("handle tokens", h.Tokens); err != nil {
+		return err
+	}
+	if h.Group != "" {
+		if err := ValidateID("group", h.Group, d.cfg.MaxIDBytes); err != nil {
+			return err
+		}
+	}
+	if len(f.Handles)+extra > d.cfg.MaxHandlesPerFrame {
+		return fmt.Errorf("%w: frame %q has %d, limit %d", ErrTooManyHandles, f.ID, len(f.Handles), d.cfg.MaxHandlesPerFrame)
+	}
+	return nil
+}
+
+func (d decider) addHandle(c *AddContextHandle) ([]Event, error) {
+	f, err := d.liveFrame(c.FrameID)
+	if err != nil {
+		return nil, err
+	}
+	h := c.Handle
+	if err := d.checkHandle(f, &h, 1); err != nil {
+		return nil, err
+	}
+	if len(h.Covers) > 0 {
+		return nil, invalid("only compaction adds summary handles")
+	}
+	if _, err := budget.Add(f.ContextTokens, h.Tokens); err != nil {
+		return nil, err
+	}
+	h.CreatedAt = d.h.Now
+	h.Seq = 0 // assigned on Apply: the event's version
+	return []Event{&HandleAdded{Meta: d.meta(f.ID, ReasonUserMessage), Handle: h}}, nil
+}
+
+func (d decider) addResult(c *AddResult) ([]Event, error) {
+	f, err := d.liveFrame(c.FrameID)
+	if err != nil {
+		return nil, err
+	}
+	r := c.Result
+	if err := ValidateID("result id", r.ID, d.cfg.MaxIDBytes); err != nil {
+		return nil, err
+	}
+	for _, x := range f.Results {
+		if x.ID == r.ID {
+			return nil, fmt.Errorf("%w: result %q", ErrDuplicateID, r.ID)
+		}
+	}
+	for _, t := range []struct {
+		n, v string
+		max  int
+	}{{"result kind", r.Kind, d.cfg.MaxNameBytes}, {"result ref", r.Ref, d.cfg.MaxNameBytes}, {"result summary", r.Summary, d.cfg.MaxContentBytes}} {
+		if err := checkText(t.n, t.v, t.max); err != nil {
+			return nil, err
+		}
+	}
+	r.CreatedAt = d.h.Now
+	return []Event{&ResultAdded{Meta: d.meta(f.ID, ReasonUserMessage), Result: r}}, nil
+}
+
+func (d decider) usage(c *RecordUsage) ([]Event, error) {
+	f, err := d.liveFrame(c.FrameID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Cost.Validate(); err != nil {
+		return nil, err
+	}
+	if c.Cost.Spawns != 0 {
+		return nil, invalid("spawns are counted by pushes, not recorded as usage")
+	}
+	if c.Cost.IsZero() {
+		return nil, invalid("usage records nothing")
+	}
+	cost, err := f.Cost.Plus(c.Cost)
+	if err != nil {
+		return nil, err
+	}
+	tokens, _ := c.Cost.Tokens()
+	b := f.Budget
+	if err := b.RecordUsage(tokens); err != nil {
+		return nil, err
+	}
+	evs := []Event{&UsageRecorded{Meta: d.meta(f.ID, ReasonAssistantTurnCommitted), Cost: c.Cost}}
+	if f.Status != StatusSuspended {
+		if v := f.Limits.Check(cost); v != nil {
+			e, err := d.limitSuspension(f, v, c.Mint, ReasonAssistantTurnCommitted)
+			if err != nil {
+				return nil, err
+			}
+			evs = append(evs, e)
+		}
+	}
+	return evs, nil
+}
+
+func (d decider) startTool(c *StartToolCall) ([]Event, error) {
+	f, err := d.liveFrame(c.FrameID)
+	if err != nil {
+		return nil, err
+	}
+	if f.Status == StatusSuspended {
+		return nil, fmt.Errorf("%w: %q is suspended", ErrFrameNotLive, f.ID)
+	}
+	if err := ValidateID("tool call id", c.CallID, d.cfg.MaxIDBytes); err != nil {
+		return nil, err
+	}
+	if f.ToolCall(c.CallID) != nil {
+		return nil, fmt.Errorf("%w: tool call %q", ErrDuplicateID, c.CallID)
+	}
+	if c.Name == "" {
+		return nil, invalid("tool name is empty")
+	}
+	if err := checkText("tool name", c.Name, d.cfg.MaxNameBytes); err != nil {
+		return nil, err
+	}
+	if err := checkBytes("tool input", c.Input, d.cfg.MaxInputsBytes); err != nil {
+		return nil, err
+	}
+	return []Event{&ToolStarted{Meta: d.meta(f.ID, ReasonUserMessage), CallID: c.CallID, Name: c.Name, Input: cloneBytes(c.Input)}}, nil
+}
+
+func (d decider) finishTool(c *FinishToolCall) ([]Event, error) {
+	f, err := d.liveFrame(c.FrameID)
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateID("tool call id", c.CallID, d.cfg.MaxIDBytes); err != nil {
+		return nil, err
+	}
+	tc := f.ToolCall(c.CallID)
+	if tc == nil {
+		return nil, fmt.Errorf("%w: %q", ErrToolCallUnknown, c.CallID)
+	}
+	if tc.Finished {
+		return nil, fmt.Errorf("%w: %q", ErrToolCallFinished, c.CallID)
+	}
+	ch, rh := c.CallHandle, c.ResultHandle
+	ch.Group, rh.Group = c.CallID, c.CallID
+	if err := d.checkHandle(f, &ch, 2); err != nil {
+		return nil, err
+	}
+	if err := d.checkHandle(f, &rh, 2); err != nil {
+		return nil, err
+	}
+	if ch.ID == rh.ID {
+		return nil, fmt.Errorf("%w: call and result handle share id %q", ErrDuplicateID, ch.ID)
+	}
+	if len(ch.Covers)+len(rh.Covers) > 0 {
+		return nil, invalid("only compaction adds summary handles")
+	}
+	total, err := budget.Add(ch.Tokens, rh.Tokens)
+	if err == nil {
+		_, err = budget.Add(f.ContextTokens, total)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ch.CreatedAt, rh.CreatedAt = d.h.Now, d.h.Now
+	ch.Seq, rh.Seq = 0, 0
+	return []Event{&ToolFinished{Meta: d.meta(f.ID, ReasonToolResultsCommitted), CallID: c.CallID, IsError: c.IsError, CallHandle: ch, ResultHandle: rh}}, nil
+}
+
+func (d decider) suspend(c *SuspendFrame) ([]Event, error) {
+	f, err := d.liveFrame(c.FrameID)
+	if err != nil {
+		return nil, err
+	}
+	if f.Status == StatusSuspended {
+		return nil, fmt.Errorf("%w: %q is already suspended", ErrNotSuspendable, f.ID)
+	}
+	if !c.Reason.Valid() {
+		return nil, invalid("suspension reason %q (want limit, error, budget or approval)", c.Reason)
+	}
+	if err := checkText("note", c.Note, d.cfg.MaxNameBytes); err != nil {
+		return nil, err
+	}
+	if err := d.checkMint(c.Mint); err != nil {
+		return nil, err
+	}
+	return []Event{&FrameSuspended{Meta: d.meta(f.ID, ReasonUserMessage), Suspension: Suspension{
+		Reason: c.Reason, Note: c.Note, TokenID: c.Mint.TokenID, At: d.h.Now, ExpiresAt: c.Mint.ExpiresAt,
+	}}}, nil
+}
+
+func (d decider) resume(c *ResumeFrame) ([]Event, error) {
+	f, err := d.frame(c.FrameID)
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateID("token id", c.TokenID, d.cfg.MaxIDBytes); err != nil {
+		return nil, err
+	}
+	tok := d.s.Tokens[c.TokenID]
+	if tok == nil || tok.FrameID != f.ID {
+		return nil, ErrTokenUnknown
+	}
+	if tok.Used {
+		return nil, ErrTokenUsed
+	}
+	if f.Status != StatusSuspended || f.Suspension == nil || f.Suspension.TokenID != c.TokenID {
+		return nil, fmt.Errorf("%w: %q is %s", ErrNotSuspended, f.ID, f.Status)
+	}
+	if d.h.Now > tok.ExpiresAt {
+		return nil, ErrTokenExpired
+	}
+	return []Event{&FrameResumed{Meta: d.meta(f.ID, ReasonUserMessage), TokenID: c.TokenID}}, nil
+}
+
+func (d decider) compact(c *CompactContext) ([]Event, error) {
+	f, err := d.liveFrame(c.FrameID)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Removed) == 0 && c.Summary == nil {
+		return nil, invalid("compaction changes nothing")
+	}
+	if err := checkText("strategy", c.Strategy, 64); err != nil {
+		return nil, err
+	}
+	if !c.Level.Valid() {
+		return nil, invalid("compaction level %d", c.Level)
+	}
+	if c.OriginalTokens < 0 || c.FinalTokens < 0 {
+		return nil, fmt.Errorf("%w: compaction token counts", budget.ErrNegativeAmount)
+	}
+	removed := make(map[string]bool, len(c.Removed))
+	groups := map[string]bool{}
+	for _, id := range c.Removed {
+		h := f.Handle(id)
+		if h == nil {
+			return nil, fmt.Errorf("%w: %q", ErrHandleNotFound, id)
+		}
+		if removed[id] {
+			return nil, fmt.Errorf("%w: handle %q removed twice", ErrDuplicateID, id)
+		}
+		if h.Priority == compaction.Critical {
+			return nil, fmt.Errorf("%w: %q", ErrCriticalHandle, id)
+		}
+		removed[id] = true
+		if h.Group != "" {
+			groups[h.Group] = true
+		}
+	}
+	if len(groups) > 0 {
+		for _, h := range f.Handles {
+			if groups[h.Group] && !removed[h.ID] {
+				return nil, fmt.Errorf("%w: group %q would lose %q but keep %q", ErrSplitGroup, h.Group, firstRemovedOf(f, removed, h.Group), h.ID)
+			}
+		}
+	}
+	var sum *ContextHandle
+	if c.Summary != nil {
+		h := *c.Summary
+		h.Covers = append([]string(nil), h.Covers...)
+		if err := d.checkHandle(f, &h, 1-len(c.Removed)); err != nil {
+			return nil, err
+		}
+		for _, id := range h.Covers {
+			if !removed[id] {
+				return nil, invalid("summary covers %q, which is not removed", id)
+			}
+		}
+		h.CreatedAt, h.Seq = d.h.Now, 0
+		sum = &h
+	}
+	return []Event{&FrameCompacted{Meta: d.meta(f.ID, ReasonUserMessage), Strategy: c.Strategy,
+		Removed: append([]string(nil), c.Removed...), Summary: sum, OriginalTokens: c.OriginalTokens,
+		FinalTokens: c.FinalTokens, Level: c.Level}}, nil
+}
+
+func firstRemovedOf(f *Frame, removed map[string]bool, group string) string {
+	for _, h := range f.Handles {
+		if h.Group == group && removed[h.ID] {
+			return h.ID
+		}
+	}
+	return ""
+}
+
+func (d decider) resumeActor(c *ResumeActor) ([]Event, error) {
+	if c.FramesRecovered < 0 || c.PendingItems < 0 {
+		return nil, fmt.Errorf("%w: recovery counts", budget.ErrNegativeAmount)
+	}
+	return []Event{&ActorResumed{Meta: d.meta("", ReasonUserMessage), FramesRecovered: c.FramesRecovered,
+		PendingItems: c.PendingItems, LastSeq: c.LastSeq}}, nil
+}

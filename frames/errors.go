@@ -1,0 +1,45 @@
+package frames
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by Decide and Apply. Callers match them with errors.Is;
+// messages name the offending value.
+var (
+	ErrInvalidScope       = errors.New("frames: invalid scope")
+	ErrInvalidID          = errors.New("frames: invalid id")
+	ErrInvalidArgument    = errors.New("frames: invalid argument")
+	ErrTooLarge           = errors.New("frames: value too large")
+	ErrFrameNotFound      = errors.New("frames: frame not found")
+	ErrNoActiveFrame      = errors.New("frames: no active frame in scope")
+	ErrDuplicateID        = errors.New("frames: duplicate id")
+	ErrMaxDepthExceeded   = errors.New("frames: max subframe depth exceeded")
+	ErrFrameNotLive       = errors.New("frames: frame is not live")
+	ErrParentNotLive      = errors.New("frames: parent frame cannot take children")
+	ErrLiveChildren       = errors.New("frames: frame has live children")
+	ErrNotSuspended       = errors.New("frames: frame is not suspended")
+	ErrNotSuspendable     = errors.New("frames: frame cannot be suspended")
+	ErrTokenUnknown       = errors.New("frames: suspension token unknown")
+	ErrTokenUsed          = errors.New("frames: suspension token already used")
+	ErrTokenExpired       = errors.New("frames: suspension token expired")
+	ErrToolCallUnknown    = errors.New("frames: tool call not found")
+	ErrToolCallFinished   = errors.New("frames: tool call already finished")
+	ErrHandleNotFound     = errors.New("frames: context handle not found")
+	ErrTooManyHandles     = errors.New("frames: too many context handles")
+	ErrCriticalHandle     = errors.New("frames: critical handle cannot be removed")
+	ErrSplitGroup         = errors.New("frames: tool call and result cannot be separated")
+	ErrInconsistentEvent  = errors.New("frames: event inconsistent with state")
+	ErrUnknownEventType   = errors.New("frames: unknown event type")
+	ErrRequestIDReused    = errors.New("frames: request id reused with a different request")
+	ErrInvariantViolation = errors.New("frames: invariant violated")
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}
+
+func inconsistent(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInconsistentEvent}, args...)...)
+}

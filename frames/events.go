@@ -1,0 +1,196 @@
+package frames
+
+import (
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/compaction"
+)
+
+// Meta is carried by every event: where it belongs, when the server stamped
+// it, which request caused it and why it was committed. RequestHash is set on
+// the first event of a request's batch only.
+type Meta struct {
+	Scope       string `msgpack:"sc"`
+	Frame       string `msgpack:"fr,omitempty"`
+	At          int64  `msgpack:"at"` // unix nanoseconds, server time
+	RequestID   string `msgpack:"rq,omitempty"`
+	RequestHash []byte `msgpack:"rh,omitempty"`
+	Reason      Reason `msgpack:"re"`
+}
+
+// Event is a fact in a scope's log. Events are past tense and never reused
+// as requests.
+type Event interface {
+	// EventType is the stable type name stored with the event.
+	EventType() string
+	// EventMeta returns the event's metadata.
+	EventMeta() *Meta
+}
+
+// Event type names (addendum §6, plus usage, tools and budgets).
+const (
+	TypeFramePushed    = "frame.pushed"
+	TypeFrameUpdated   = "frame.updated"
+	TypeFramePopped    = "frame.popped"
+	TypeFrameSuspended = "frame.suspended"
+	TypeFrameResumed   = "frame.resumed"
+	TypeHandleAdded    = "frame.handle_added"
+	TypeResultAdded    = "frame.result_added"
+	TypeFrameCompacted = "frame.compacted"
+	TypeActorResumed   = "actor.resumed"
+	TypeUsageRecorded  = "usage.recorded"
+	TypeToolStarted    = "tool.started"
+	TypeToolFinished   = "tool.finished"
+)
+
+// NewEvent returns a zero event of the named type, for decoders.
+func NewEvent(eventType string) (Event, error) {
+	switch eventType {
+	case TypeFramePushed:
+		return &FramePushed{}, nil
+	case TypeFrameUpdated:
+		return &FrameUpdated{}, nil
+	case TypeFramePopped:
+		return &FramePopped{}, nil
+	case TypeFrameSuspended:
+		return &FrameSuspended{}, nil
+	case TypeFrameResumed:
+		return &FrameResumed{}, nil
+	case TypeHandleAdded:
+		return &HandleAdded{}, nil
+	case TypeResultAdded:
+		return &ResultAdded{}, nil
+	case TypeFrameCompacted:
+		return &FrameCompacted{}, nil
+	case TypeActorResumed:
+		return &ActorResumed{}, nil
+	case TypeUsageRecorded:
+		return &UsageRecorded{}, nil
+	case TypeToolStarted:
+		return &ToolStarted{}, nil
+	case TypeToolFinished:
+		return &ToolFinished{}, nil
+	}
+	return nil, ErrUnknownEventType
+}
+
+// FramePushed: a new frame was created; a child's budget total was allocated
+// from its parent in the same event.
+type FramePushed struct {
+	Meta     `msgpack:"m"`
+	ParentID string             `msgpack:"pa,omitempty"`
+	Goal     string             `msgpack:"g"`
+	Inputs   []byte             `msgpack:"in,omitempty"`
+	Depth    int64              `msgpack:"d"`
+	Budget   budget.TokenBudget `msgpack:"b"`
+	Limits   budget.Limits      `msgpack:"l"`
+}
+
+// FrameUpdated: some of a frame's fields changed.
+type FrameUpdated struct {
+	Meta         `msgpack:"m"`
+	Goal         *string        `msgpack:"g,omitempty"`
+	Inputs       []byte         `msgpack:"in,omitempty"`
+	SetInputs    bool           `msgpack:"si,omitempty"`
+	Limits       *budget.Limits `msgpack:"l,omitempty"`
+	ReserveDelta int64          `msgpack:"rd,omitempty"`
+	ContextHash  *string        `msgpack:"hx,omitempty"`
+}
+
+// FramePopped: a frame ended. Its allocation went back to its parent and
+// what it used was charged there (the amounts are recorded for audit and
+// checked on replay).
+type FramePopped struct {
+	Meta          `msgpack:"m"`
+	Status        Status      `msgpack:"st"`
+	Released      int64       `msgpack:"rl"`
+	ChargedTokens int64       `msgpack:"ck"`
+	ChargedCost   budget.Cost `msgpack:"cc"`
+}
+
+// FrameSuspended: a frame was paused; TokenID is the id inside the signed
+// suspension token handed to the caller.
+type FrameSuspended struct {
+	Meta       `msgpack:"m"`
+	Suspension Suspension `msgpack:"s"`
+}
+
+// FrameResumed: a suspended frame was resumed with its token.
+type FrameResumed struct {
+	Meta    `msgpack:"m"`
+	TokenID string `msgpack:"t"`
+}
+
+// HandleAdded: a context handle was added to a frame.
+type HandleAdded struct {
+	Meta   `msgpack:"m"`
+	Handle ContextHandle `msgpack:"h"`
+}
+
+// ResultAdded: a result reference was added to a frame.
+type ResultAdded struct {
+	Meta   `msgpack:"m"`
+	Result ResultRef `msgpack:"r"`
+}
+
+// FrameCompacted: handles were removed from a frame's live context and,
+// optionally, a summary handle added. The removed content stays in the log.
+type FrameCompacted struct {
+	Meta           `msgpack:"m"`
+	Strategy       string           `msgpack:"sg"`
+	Removed        []string         `msgpack:"rm"`
+	Summary        *ContextHandle   `msgpack:"su,omitempty"`
+	OriginalTokens int64            `msgpack:"ot"`
+	FinalTokens    int64            `msgpack:"ft"`
+	Level          compaction.Level `msgpack:"lv"`
+}
+
+// ActorResumed: an actor recovered this scope after a restart.
+type ActorResumed struct {
+	Meta            `msgpack:"m"`
+	FramesRecovered int64  `msgpack:"fr"`
+	PendingItems    int64  `msgpack:"pi"`
+	LastSeq         uint64 `msgpack:"ls"`
+}
+
+// UsageRecorded: a frame consumed tokens, turns, spend or time. Its token
+// budget's Used grew by input plus output tokens.
+type UsageRecorded struct {
+	Meta `msgpack:"m"`
+	Cost budget.Cost `msgpack:"c"`
+}
+
+// ToolStarted: the agent is about to dispatch a tool call (the intent is
+// journalled first, so a crash leaves it in doubt, never forgotten).
+type ToolStarted struct {
+	Meta   `msgpack:"m"`
+	CallID string `msgpack:"id"`
+	Name   string `msgpack:"n"`
+	Input  []byte `msgpack:"in,omitempty"`
+}
+
+// ToolFinished: a tool call's result came back. The call and its result
+// were added as two context handles sharing the call id as their group, so
+// compaction keeps or drops them together.
+type ToolFinished struct {
+	Meta         `msgpack:"m"`
+	CallID       string        `msgpack:"id"`
+	IsError      bool          `msgpack:"e,omitempty"`
+	CallHandle   ContextHandle `msgpack:"ch"`
+	ResultHandle ContextHandle `msgpack:"rh"`
+}
+
+func (e *FramePushed) EventType() string    { return TypeFramePushed }
+func (e *FrameUpdated) EventType() string   { return TypeFrameUpdated }
+func (e *FramePopped) EventType() string    { return TypeFramePopped }
+func (e *FrameSuspended) EventType() string { return TypeFrameSuspended }
+func (e *FrameResumed) EventType() string   { return TypeFrameResumed }
+func (e *HandleAdded) EventType() string    { return TypeHandleAdded }
+func (e *ResultAdded) EventType() string    { return TypeResultAdded }
+func (e *FrameCompacted) EventType() string { return TypeFrameCompacted }
+func (e *ActorResumed) EventType() string   { return TypeActorResumed }
+func (e *UsageRecorded) EventType() string  { return TypeUsageRecorded }
+func (e *ToolStarted) EventType() string    { return TypeToolStarted }
+func (e *ToolFinished) EventType() string   { return TypeToolFinished }
+
+// EventMeta returns the embedded metadata.
+func (m *Meta) EventMeta() *Meta { return m }

@@ -1,0 +1,129 @@
+package frames
+
+import "fmt"
+
+// CheckInvariants verifies the structural rules every reachable State obeys.
+// Tests call it after every Apply; verify and fuzzing call it on replayed
+// state. A broken rule is an error matching ErrInvariantViolation.
+func CheckInvariants(s *State) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvariantViolation}, args...)...)
+	}
+	if len(s.Order) != len(s.Frames) {
+		return bad("%d frames but %d in push order", len(s.Frames), len(s.Order))
+	}
+	seen := make(map[string]bool, len(s.Order))
+	for _, id := range s.Order {
+		if seen[id] || s.Frames[id] == nil {
+			return bad("push order lists %q wrongly", id)
+		}
+		seen[id] = true
+	}
+	for id, f := range s.Frames {
+		if f.ID != id {
+			return bad("frame keyed %q has id %q", id, f.ID)
+		}
+		if err := f.Budget.Validate(); err != nil {
+			return bad("frame %q budget: %v", id, err)
+		}
+		if f.Status < StatusActive || f.Status > StatusContinued {
+			return bad("frame %q status %d", id, f.Status)
+		}
+		if f.PushSeq < 1 || f.PushSeq > s.Version {
+			return bad("frame %q push seq %d outside 1..%d", id, f.PushSeq, s.Version)
+		}
+		if f.ParentID == "" {
+			if f.Depth != 0 {
+				return bad("root %q at depth %d", id, f.Depth)
+			}
+		} else {
+			p := s.Frames[f.ParentID]
+			if p == nil {
+				return bad("frame %q has unknown parent %q", id, f.ParentID)
+			}
+			if f.Depth != p.Depth+1 {
+				return bad("frame %q depth %d under parent depth %d", id, f.Depth, p.Depth)
+			}
+			if f.Depth > p.Budget.MaxSubframeDepth {
+				return bad("frame %q depth %d beyond parent's max %d", id, f.Depth, p.Budget.MaxSubframeDepth)
+			}
+			if !contains(p.Children, id) {
+				return bad("parent %q does not list child %q", p.ID, id)
+			}
+			if f.Status.Live() && !p.Status.Live() {
+				return bad("live frame %q under %s parent %q", id, p.Status, p.ID)
+			}
+		}
+		var allocated int64
+		live := 0
+		for _, cid := range f.Children {
+			c := s.Frames[cid]
+			if c == nil || c.ParentID != id {
+				return bad("frame %q lists child %q that is not its child", id, cid)
+			}
+			if c.Status.Live() {
+				allocated += c.Budget.Total
+				live++
+			}
+		}
+		if allocated != f.Budget.SubcallAllocation {
+			return bad("frame %q allocates %d but its live children hold %d", id, f.Budget.SubcallAllocation, allocated)
+		}
+		if int64(len(f.Children)) != f.Cost.Spawns {
+			return bad("frame %q has %d children but %d spawns", id, len(f.Children), f.Cost.Spawns)
+		}
+		switch f.Status {
+		case StatusActive:
+			if live > 0 {
+				return bad("active frame %q has %d live children (should be waiting)", id, live)
+			}
+		case StatusWaiting:
+			if live == 0 {
+				return bad("waiting frame %q has no live children", id)
+			}
+		}
+		if (f.Status == StatusSuspended) != (f.Suspension != nil) {
+			return bad("frame %q is %s with suspension %v", id, f.Status, f.Suspension != nil)
+		}
+		if f.Suspension != nil {
+			t := s.Tokens[f.Suspension.TokenID]
+			if t == nil || t.FrameID != id || t.Used {
+				return bad("frame %q suspended with an unusable token", id)
+			}
+		}
+		var tokens int64
+		hids := make(map[string]bool, len(f.Handles))
+		for _, h := range f.Handles {
+			if hids[h.ID] {
+				return bad("frame %q has handle %q twice", id, h.ID)
+			}
+			hids[h.ID] = true
+			tokens += h.Tokens
+		}
+		if tokens != f.ContextTokens {
+			return bad("frame %q context tokens %d, handles sum to %d", id, f.ContextTokens, tokens)
+		}
+	}
+	for tid, t := range s.Tokens {
+		if s.Frames[t.FrameID] == nil {
+			return bad("token %q names unknown frame", tid)
+		}
+	}
+	var prev int64
+	for _, r := range s.Requests {
+		if r.FirstVersion <= prev || r.LastVersion < r.FirstVersion || r.LastVersion > s.Version {
+			return bad("request window out of order at %q", r.ID)
+		}
+		prev = r.LastVersion
+	}
+	return nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

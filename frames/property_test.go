@@ -1,0 +1,132 @@
+package frames_test
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/compaction"
+	"github.com/stateindex/stateindex/frames"
+)
+
+// genCommand draws a command that is often valid and sometimes not: ids come
+// from the state's frames (sorted, so draws are reproducible) or are fresh.
+func genCommand(t *rapid.T, s *frames.State, hdr frames.Header, n int) frames.Command {
+	ids := make([]string, 0, len(s.Frames))
+	for id := range s.Frames {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	frame := func() string {
+		if len(ids) == 0 || rapid.IntRange(0, 9).Draw(t, "fresh") == 0 {
+			return fmt.Sprintf("f%d", n)
+		}
+		return rapid.SampledFrom(ids).Draw(t, "frame")
+	}
+	amount := func(label string) int64 { return rapid.Int64Range(0, 300).Draw(t, label) }
+	mint := frames.Mint{TokenID: fmt.Sprintf("t%d", n), ExpiresAt: hdr.Now + rapid.Int64Range(1, 100).Draw(t, "ttl")}
+	handle := func(k string) frames.ContextHandle {
+		return frames.ContextHandle{ID: fmt.Sprintf("h%d%s", n, k), Kind: "text", Priority: compaction.Priority(rapid.IntRange(1, 5).Draw(t, "prio")),
+			Content: "c", Tokens: amount("tokens")}
+	}
+	switch rapid.IntRange(0, 11).Draw(t, "op") {
+	case 0, 1:
+		parent := ""
+		if rapid.Bool().Draw(t, "child") {
+			parent = frame()
+		}
+		return &frames.PushFrame{Header: hdr, FrameID: fmt.Sprintf("f%d", n), ParentID: parent, Goal: "g",
+			Budget: budget.TokenBudget{Total: amount("total"), MaxSubframeDepth: rapid.Int64Range(0, 4).Draw(t, "maxdepth")},
+			Limits: budget.Limits{Tokens: rapid.Int64Range(0, 2000).Draw(t, "toklimit"), Spawns: rapid.Int64Range(0, 3).Draw(t, "spawnlimit")}}
+	case 2:
+		st := rapid.SampledFrom([]frames.Status{frames.StatusCompleted, frames.StatusFailed, frames.StatusCancelled, frames.StatusActive}).Draw(t, "status")
+		return &frames.PopFrame{Header: hdr, FrameID: frame(), Status: st, Cascade: rapid.Bool().Draw(t, "cascade"), Mint: mint}
+	case 3:
+		return &frames.AddContextHandle{Header: hdr, FrameID: frame(), Handle: handle("")}
+	case 4:
+		return &frames.RecordUsage{Header: hdr, FrameID: frame(), Cost: budget.Cost{InputTokens: amount("in"), OutputTokens: amount("out"), Turns: rapid.Int64Range(0, 2).Draw(t, "turns")}, Mint: mint}
+	case 5:
+		return &frames.UpdateFrame{Header: hdr, FrameID: frame(), ReserveDelta: rapid.Int64Range(-100, 100).Draw(t, "reserve")}
+	case 6:
+		return &frames.SuspendFrame{Header: hdr, FrameID: frame(), Reason: frames.SuspendApproval, Mint: mint}
+	case 7:
+		f := frame()
+		tok := "none"
+		if fr := s.Frames[f]; fr != nil && fr.Suspension != nil && rapid.IntRange(0, 4).Draw(t, "goodtoken") > 0 {
+			tok = fr.Suspension.TokenID
+		}
+		return &frames.ResumeFrame{Header: hdr, FrameID: f, TokenID: tok}
+	case 8:
+		return &frames.StartToolCall{Header: hdr, FrameID: frame(), CallID: fmt.Sprintf("call%d", rapid.IntRange(0, n).Draw(t, "call")), Name: "tool"}
+	case 9:
+		return &frames.FinishToolCall{Header: hdr, FrameID: frame(), CallID: fmt.Sprintf("call%d", rapid.IntRange(0, n).Draw(t, "call")),
+			CallHandle: handle("c"), ResultHandle: handle("r")}
+	case 10:
+		f := frame()
+		var removed []string
+		if fr := s.Frames[f]; fr != nil {
+			for _, h := range fr.Handles {
+				if rapid.Bool().Draw(t, "remove") {
+					removed = append(removed, h.ID)
+				}
+			}
+		}
+		var sum *frames.ContextHandle
+		if rapid.Bool().Draw(t, "summary") {
+			h := handle("s")
+			h.Covers = removed
+			sum = &h
+		}
+		return &frames.CompactContext{Header: hdr, FrameID: f, Removed: removed, Summary: sum, Strategy: "test"}
+	default:
+		return &frames.AddResult{Header: hdr, FrameID: frame(), Result: frames.ResultRef{ID: fmt.Sprintf("r%d", n), Kind: "file", Ref: "/tmp/x"}}
+	}
+}
+
+// Random command sequences: every accepted command's events apply cleanly,
+// every invariant holds after every event, rejected commands change nothing,
+// and replaying the log yields the same state.
+func TestPropertyDecideApplyReplay(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := frames.DefaultConfig()
+		s := frames.NewState("prop", 8)
+		var log []frames.Event
+		steps := rapid.IntRange(1, 80).Draw(t, "steps")
+		now := int64(1)
+		for i := 0; i < steps; i++ {
+			now += rapid.Int64Range(1, 30).Draw(t, "tick")
+			hdr := frames.Header{RequestID: fmt.Sprintf("q%d", i), RequestHash: []byte{byte(i)}, Now: now}
+			cmd := genCommand(t, s, hdr, i)
+			before := s.Clone()
+			evs, err := frames.Decide(cfg, s, cmd)
+			if !reflect.DeepEqual(before, s.Clone()) {
+				t.Fatalf("Decide(%T) changed the state", cmd)
+			}
+			if err != nil {
+				continue
+			}
+			for _, e := range evs {
+				if err := frames.Apply(s, e); err != nil {
+					t.Fatalf("decided %s does not apply: %v", e.EventType(), err)
+				}
+				if err := frames.CheckInvariants(s); err != nil {
+					t.Fatalf("after %s: %v", e.EventType(), err)
+				}
+			}
+			log = append(log, evs...)
+		}
+		r := frames.NewState("prop", 8)
+		for _, e := range log {
+			if err := frames.Apply(r, e); err != nil {
+				t.Fatalf("replay: %v", err)
+			}
+		}
+		if !reflect.DeepEqual(r.Clone(), s.Clone()) {
+			t.Fatalf("replay differs from live state")
+		}
+	})
+}

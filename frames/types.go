@@ -1,0 +1,236 @@
+package frames
+
+import (
+	"fmt"
+
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/compaction"
+)
+
+// Status is a frame's lifecycle state.
+type Status uint8
+
+// Statuses. Active, Waiting and Suspended are live; the rest are terminal.
+const (
+	StatusActive    Status = iota + 1 // doing work
+	StatusWaiting                     // has live children (subcalls) it waits on
+	StatusSuspended                   // paused with a suspension token
+	StatusCompleted
+	StatusFailed
+	StatusCancelled
+	StatusContinued // handed off to a continuation frame
+)
+
+var statusNames = [...]string{"", "active", "waiting", "suspended", "completed", "failed", "cancelled", "continued"}
+
+func (s Status) String() string {
+	if s >= StatusActive && s <= StatusContinued {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Live reports whether the frame can still change: active, waiting or suspended.
+func (s Status) Live() bool { return s == StatusActive || s == StatusWaiting || s == StatusSuspended }
+
+// Terminal reports whether s ends a frame.
+func (s Status) Terminal() bool { return s >= StatusCompleted && s <= StatusContinued }
+
+// ParseStatus is the inverse of String.
+func ParseStatus(name string) (Status, error) {
+	for i := StatusActive; i <= StatusContinued; i++ {
+		if statusNames[i] == name {
+			return i, nil
+		}
+	}
+	return 0, invalid("unknown status %q", name)
+}
+
+// Reason is a checkpoint reason (versioned-changesets.md): why a change was
+// committed. The zero value means "implied by the operation".
+type Reason uint8
+
+// Checkpoint reasons.
+const (
+	ReasonImplied Reason = iota
+	ReasonUserMessage
+	ReasonAssistantTurnCommitted
+	ReasonToolResultsCommitted
+	ReasonRunFinished
+)
+
+var reasonNames = [...]string{"", "user_message", "assistant_turn_committed", "tool_results_committed", "run_finished"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// SuspendReason says why a frame was suspended (the state schema's
+// suspend_reason).
+type SuspendReason string
+
+// Suspension reasons.
+const (
+	SuspendLimit    SuspendReason = "limit"
+	SuspendError    SuspendReason = "error"
+	SuspendBudget   SuspendReason = "budget"
+	SuspendApproval SuspendReason = "approval"
+)
+
+// Valid reports whether r is a known reason.
+func (r SuspendReason) Valid() bool {
+	switch r {
+	case SuspendLimit, SuspendError, SuspendBudget, SuspendApproval:
+		return true
+	}
+	return false
+}
+
+// ContextHandle is one piece of a frame's context: a message, a document, a
+// tool call or result, a summary. Content is kept inline; Tokens is its size
+// under the server's counter when it was added.
+type ContextHandle struct {
+	ID        string              `msgpack:"id"`
+	Kind      string              `msgpack:"k"`
+	Priority  compaction.Priority `msgpack:"p"`
+	Content   string              `msgpack:"c"`
+	Tokens    int64               `msgpack:"t"`
+	CreatedAt int64               `msgpack:"at"` // unix nanoseconds, server time
+	Seq       int64               `msgpack:"q"`  // scope version that added it: recency
+	Group     string              `msgpack:"g,omitempty"`
+	Covers    []string            `msgpack:"cv,omitempty"` // a summary's source handles
+}
+
+// ResultRef points at a result a frame produced.
+type ResultRef struct {
+	ID        string `msgpack:"id"`
+	Kind      string `msgpack:"k"`
+	Ref       string `msgpack:"r"`
+	Summary   string `msgpack:"s,omitempty"`
+	CreatedAt int64  `msgpack:"at"`
+}
+
+// ToolCall is a journalled tool call. A call with Finished false after a
+// crash is in doubt: it may or may not have run, and is never re-run here.
+type ToolCall struct {
+	ID         string `msgpack:"id"`
+	Name       string `msgpack:"n"`
+	Input      []byte `msgpack:"in,omitempty"`
+	StartedAt  int64  `msgpack:"s"`
+	Finished   bool   `msgpack:"f"`
+	IsError    bool   `msgpack:"e,omitempty"`
+	FinishedAt int64  `msgpack:"fa,omitempty"`
+}
+
+// Suspension records why and until when a frame is suspended.
+type Suspension struct {
+	Reason    SuspendReason     `msgpack:"r"`
+	Note      string            `msgpack:"n,omitempty"`
+	TokenID   string            `msgpack:"t"`
+	At        int64             `msgpack:"at"`
+	ExpiresAt int64             `msgpack:"x"`
+	Limit     *budget.Violation `msgpack:"l,omitempty"`
+}
+
+// Frame is one unit of work in a scope's frame tree.
+type Frame struct {
+	ID          string             `msgpack:"id"`
+	ParentID    string             `msgpack:"pa,omitempty"`
+	Goal        string             `msgpack:"g"`
+	Inputs      []byte             `msgpack:"in,omitempty"` // opaque encoded bytes
+	Status      Status             `msgpack:"st"`
+	Depth       int64              `msgpack:"d"`
+	Budget      budget.TokenBudget `msgpack:"b"`
+	Limits      budget.Limits      `msgpack:"l"`
+	Cost        budget.Cost        `msgpack:"c"`
+	Handles     []ContextHandle    `msgpack:"h,omitempty"`
+	ToolCalls   []ToolCall         `msgpack:"tc,omitempty"`
+	Results     []ResultRef        `msgpack:"rs,omitempty"`
+	Children    []string           `msgpack:"ch,omitempty"`
+	Suspension  *Suspension        `msgpack:"su,omitempty"`
+	CreatedAt   int64              `msgpack:"at"`
+	CompletedAt int64              `msgpack:"ca,omitempty"`
+	ContextHash string             `msgpack:"hx,omitempty"`
+	PushSeq     int64              `msgpack:"ps"` // scope version of frame.pushed
+	// ContextTokens is the sum of the live handles' Tokens.
+	ContextTokens int64 `msgpack:"ct"`
+
+	handleIdx map[string]int // id -> index in Handles; rebuilt when stale
+}
+
+// Handle returns the live handle with id, or nil.
+func (f *Frame) Handle(id string) *ContextHandle {
+	if len(f.handleIdx) != len(f.Handles) {
+		f.reindex()
+	}
+	if i, ok := f.handleIdx[id]; ok && i < len(f.Handles) && f.Handles[i].ID == id {
+		return &f.Handles[i]
+	}
+	return nil
+}
+
+func (f *Frame) reindex() {
+	f.handleIdx = make(map[string]int, len(f.Handles))
+	for i, h := range f.Handles {
+		f.handleIdx[h.ID] = i
+	}
+}
+
+// ToolCall returns the journalled call with id, or nil.
+func (f *Frame) ToolCall(id string) *ToolCall {
+	for i := range f.ToolCalls {
+		if f.ToolCalls[i].ID == id {
+			return &f.ToolCalls[i]
+		}
+	}
+	return nil
+}
+
+// InDoubt lists tool calls started and never finished.
+func (f *Frame) InDoubt() []ToolCall {
+	var out []ToolCall
+	for _, c := range f.ToolCalls {
+		if !c.Finished {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Clone returns a deep copy that shares nothing with f (empty slices become
+// nil, so clones of equal frames are reflect.DeepEqual).
+func (f *Frame) Clone() *Frame {
+	c := *f
+	c.handleIdx = nil
+	c.Inputs = cloneBytes(f.Inputs)
+	c.Handles, c.ToolCalls = nil, nil
+	for _, h := range f.Handles {
+		h.Covers = append([]string(nil), h.Covers...)
+		c.Handles = append(c.Handles, h)
+	}
+	for _, t := range f.ToolCalls {
+		t.Input = cloneBytes(t.Input)
+		c.ToolCalls = append(c.ToolCalls, t)
+	}
+	c.Results = append([]ResultRef(nil), f.Results...)
+	c.Children = append([]string(nil), f.Children...)
+	if f.Suspension != nil {
+		s := *f.Suspension
+		if s.Limit != nil {
+			l := *s.Limit
+			s.Limit = &l
+		}
+		c.Suspension = &s
+	}
+	return &c
+}
+
+func cloneBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}

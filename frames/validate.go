@@ -1,0 +1,100 @@
+package frames
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// Config bounds what a command may carry (DESIGN §6). The zero value is not
+// usable; start from DefaultConfig.
+type Config struct {
+	MaxScopeBytes      int
+	MaxIDBytes         int
+	MaxGoalBytes       int
+	MaxInputsBytes     int
+	MaxContentBytes    int
+	MaxNameBytes       int // kinds, tool names, notes, refs
+	MaxDepth           int64
+	MaxHandlesPerFrame int
+}
+
+// DefaultConfig returns the limits of DESIGN §6.
+func DefaultConfig() Config {
+	return Config{
+		MaxScopeBytes:      128,
+		MaxIDBytes:         64,
+		MaxGoalBytes:       4 << 10,
+		MaxInputsBytes:     64 << 10,
+		MaxContentBytes:    256 << 10,
+		MaxNameBytes:       4 << 10,
+		MaxDepth:           64,
+		MaxHandlesPerFrame: 100_000,
+	}
+}
+
+// Validate checks that every bound is positive.
+func (c Config) Validate() error {
+	for _, v := range []int64{int64(c.MaxScopeBytes), int64(c.MaxIDBytes), int64(c.MaxGoalBytes), int64(c.MaxInputsBytes),
+		int64(c.MaxContentBytes), int64(c.MaxNameBytes), c.MaxDepth, int64(c.MaxHandlesPerFrame)} {
+		if v <= 0 {
+			return invalid("config bounds must be positive: %+v", c)
+		}
+	}
+	return nil
+}
+
+// ValidateScope checks a scope name against ^[A-Za-z0-9._:-]{1,max}$.
+func ValidateScope(scope string, max int) error {
+	if len(scope) == 0 || len(scope) > max {
+		return fmt.Errorf("%w: length %d not in 1..%d", ErrInvalidScope, len(scope), max)
+	}
+	for i := 0; i < len(scope); i++ {
+		c := scope[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return fmt.Errorf("%w: byte 0x%02x at %d (allowed: A-Z a-z 0-9 . _ : -)", ErrInvalidScope, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateID checks an id: 1..max bytes of printable ASCII, no spaces.
+func ValidateID(what, id string, max int) error {
+	if len(id) == 0 || len(id) > max {
+		return fmt.Errorf("%w: %s length %d not in 1..%d", ErrInvalidID, what, len(id), max)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%w: %s has byte 0x%02x at %d (printable ASCII only)", ErrInvalidID, what, c, i)
+		}
+	}
+	return nil
+}
+
+func checkText(what, s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrTooLarge, what, len(s), max)
+	}
+	if !utf8.ValidString(s) {
+		return invalid("%s is not valid UTF-8", what)
+	}
+	if containsNUL(s) {
+		return invalid("%s contains a NUL byte", what)
+	}
+	return nil
+}
+
+func checkBytes(what string, b []byte, max int) error {
+	if len(b) > max {
+		return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrTooLarge, what, len(b), max)
+	}
+	return nil
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -7,14 +7,15 @@ import (
 
 // Meta is carried by every event: where it belongs, when the server stamped
 // it, which request caused it and why it was committed. RequestHash is set on
-// the first event of a request's batch only.
+// the first event of a request's batch only. It is inlined into each event's
+// encoding; its field names start with "_" so they never collide.
 type Meta struct {
-	Scope       string `msgpack:"sc"`
-	Frame       string `msgpack:"fr,omitempty"`
-	At          int64  `msgpack:"at"` // unix nanoseconds, server time
-	RequestID   string `msgpack:"rq,omitempty"`
-	RequestHash []byte `msgpack:"rh,omitempty"`
-	Reason      Reason `msgpack:"re"`
+	Scope       string `msgpack:"_s"`
+	Frame       string `msgpack:"_f,omitempty"`
+	At          int64  `msgpack:"_t"` // unix nanoseconds, server time
+	RequestID   string `msgpack:"_q,omitempty"`
+	RequestHash []byte `msgpack:"_h,omitempty"`
+	Reason      Reason `msgpack:"_r"`
 }
 
 // Event is a fact in a scope's log. Events are past tense and never reused
@@ -76,7 +77,7 @@ func NewEvent(eventType string) (Event, error) {
 // FramePushed: a new frame was created; a child's budget total was allocated
 // from its parent in the same event.
 type FramePushed struct {
-	Meta     `msgpack:"m"`
+	Meta     `msgpack:",inline"`
 	ParentID string             `msgpack:"pa,omitempty"`
 	Goal     string             `msgpack:"g"`
 	Inputs   []byte             `msgpack:"in,omitempty"`
@@ -87,7 +88,7 @@ type FramePushed struct {
 
 // FrameUpdated: some of a frame's fields changed.
 type FrameUpdated struct {
-	Meta         `msgpack:"m"`
+	Meta         `msgpack:",inline"`
 	Goal         *string        `msgpack:"g,omitempty"`
 	Inputs       []byte         `msgpack:"in,omitempty"`
 	SetInputs    bool           `msgpack:"si,omitempty"`
@@ -100,7 +101,7 @@ type FrameUpdated struct {
 // what it used was charged there (the amounts are recorded for audit and
 // checked on replay).
 type FramePopped struct {
-	Meta          `msgpack:"m"`
+	Meta          `msgpack:",inline"`
 	Status        Status      `msgpack:"st"`
 	Released      int64       `msgpack:"rl"`
 	ChargedTokens int64       `msgpack:"ck"`
@@ -110,32 +111,32 @@ type FramePopped struct {
 // FrameSuspended: a frame was paused; TokenID is the id inside the signed
 // suspension token handed to the caller.
 type FrameSuspended struct {
-	Meta       `msgpack:"m"`
+	Meta       `msgpack:",inline"`
 	Suspension Suspension `msgpack:"s"`
 }
 
 // FrameResumed: a suspended frame was resumed with its token.
 type FrameResumed struct {
-	Meta    `msgpack:"m"`
+	Meta    `msgpack:",inline"`
 	TokenID string `msgpack:"t"`
 }
 
 // HandleAdded: a context handle was added to a frame.
 type HandleAdded struct {
-	Meta   `msgpack:"m"`
+	Meta   `msgpack:",inline"`
 	Handle ContextHandle `msgpack:"h"`
 }
 
 // ResultAdded: a result reference was added to a frame.
 type ResultAdded struct {
-	Meta   `msgpack:"m"`
+	Meta   `msgpack:",inline"`
 	Result ResultRef `msgpack:"r"`
 }
 
 // FrameCompacted: handles were removed from a frame's live context and,
 // optionally, a summary handle added. The removed content stays in the log.
 type FrameCompacted struct {
-	Meta           `msgpack:"m"`
+	Meta           `msgpack:",inline"`
 	Strategy       string           `msgpack:"sg"`
 	Removed        []string         `msgpack:"rm"`
 	Summary        *ContextHandle   `msgpack:"su,omitempty"`
@@ -146,7 +147,7 @@ type FrameCompacted struct {
 
 // ActorResumed: an actor recovered this scope after a restart.
 type ActorResumed struct {
-	Meta            `msgpack:"m"`
+	Meta            `msgpack:",inline"`
 	FramesRecovered int64  `msgpack:"fr"`
 	PendingItems    int64  `msgpack:"pi"`
 	LastSeq         uint64 `msgpack:"ls"`
@@ -155,14 +156,14 @@ type ActorResumed struct {
 // UsageRecorded: a frame consumed tokens, turns, spend or time. Its token
 // budget's Used grew by input plus output tokens.
 type UsageRecorded struct {
-	Meta `msgpack:"m"`
+	Meta `msgpack:",inline"`
 	Cost budget.Cost `msgpack:"c"`
 }
 
 // ToolStarted: the agent is about to dispatch a tool call (the intent is
 // journalled first, so a crash leaves it in doubt, never forgotten).
 type ToolStarted struct {
-	Meta   `msgpack:"m"`
+	Meta   `msgpack:",inline"`
 	CallID string `msgpack:"id"`
 	Name   string `msgpack:"n"`
 	Input  []byte `msgpack:"in,omitempty"`
@@ -172,7 +173,7 @@ type ToolStarted struct {
 // were added as two context handles sharing the call id as their group, so
 // compaction keeps or drops them together.
 type ToolFinished struct {
-	Meta         `msgpack:"m"`
+	Meta         `msgpack:",inline"`
 	CallID       string        `msgpack:"id"`
 	IsError      bool          `msgpack:"e,omitempty"`
 	CallHandle   ContextHandle `msgpack:"ch"`

@@ -193,3 +193,7 @@ func (s *State) Clone() *State {
 	}
 	return &c
 }
+
+// StateFormat is the layout version of an encoded State (a snapshot). A
+// snapshot of another format is ignored and the scope replayed instead.
+const StateFormat uint32 = 1

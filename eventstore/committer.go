@@ -1,0 +1,309 @@
+package eventstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+type reqKind uint8
+
+const (
+	reqAppend reqKind = iota
+	reqSnapshot
+)
+
+// request is one Append or SaveSnapshot waiting for the committer. The
+// caller fills it, queues it and waits on done; the committer fills res and
+// err and signals done exactly once, after which it never touches it again.
+type request struct {
+	kind        reqKind
+	ctx         context.Context
+	stream      string
+	expected    int64 // appends
+	snapVersion int64 // snapshots
+	buf         []byte
+	ends        []int // end offset in buf of each record (appends)
+
+	res   AppendResult
+	err   error
+	wrote bool // the request's writes are part of the transaction
+	done  chan struct{}
+}
+
+// maxPooledBuf keeps unusually large encode buffers out of the pool.
+const maxPooledBuf = 64 << 10
+
+var requestPool = sync.Pool{New: func() any { return &request{done: make(chan struct{}, 1)} }}
+
+func getRequest() *request { return requestPool.Get().(*request) }
+
+func putRequest(r *request) {
+	buf, ends, done := r.buf, r.ends, r.done
+	if cap(buf) > maxPooledBuf {
+		buf = nil
+	}
+	*r = request{buf: buf[:0], ends: ends[:0], done: done}
+	requestPool.Put(r)
+}
+
+// committer is the state of the committer goroutine, reused across batches
+// so that a commit allocates little.
+type committer struct {
+	batch  []*request
+	states map[string]streamState
+	arena  []byte // values handed to bbolt, valid until the commit ends
+	key    []byte // scratch key: bbolt copies keys, not values
+	k8     [8]byte
+}
+
+// streamState is a stream's head as updated by earlier requests of the
+// batch being committed.
+type streamState struct {
+	version int64
+	head    Hash
+	bucket  *bolt.Bucket
+	dirty   bool
+}
+
+func (c *committer) init() {
+	c.states = make(map[string]streamState)
+}
+
+// alloc returns n bytes that stay untouched until the commit ends.
+func (c *committer) alloc(n int) []byte {
+	if len(c.arena)+n > cap(c.arena) {
+		c.arena = make([]byte, 0, max(64<<10, n))
+	}
+	l := len(c.arena)
+	c.arena = c.arena[:l+n]
+	return c.arena[l : l+n : l+n]
+}
+
+func (c *committer) streamKey(stream string) []byte {
+	c.key = append(c.key[:0], stream...)
+	return c.key
+}
+
+// run is the committer goroutine. It blocks for the first pending request,
+// then takes everything else already pending without waiting — no timer:
+// batches form only from requests that queued up while the previous commit
+// was fsyncing, so a lone writer pays one fsync and never a delay — and
+// commits them in one transaction. It exits once the queue is closed and
+// drained.
+func (s *BoltStore) run() {
+	defer close(s.done)
+	var carry *request
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			r, ok := <-s.queue
+			if !ok {
+				return
+			}
+			first = r
+		}
+		batch := append(s.cm.batch[:0], first)
+		size := len(first.buf)
+	drain:
+		for size < s.opts.MaxCommitBytes {
+			select {
+			case r, ok := <-s.queue:
+				if !ok {
+					break drain
+				}
+				if size+len(r.buf) > s.opts.MaxCommitBytes {
+					carry = r
+					break drain
+				}
+				batch = append(batch, r)
+				size += len(r.buf)
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+		clear(batch)
+		s.cm.batch = batch[:0]
+	}
+}
+
+// commit writes a batch in one transaction and answers every request.
+func (s *BoltStore) commit(batch []*request) {
+	if cause := s.failed.Load(); cause != nil {
+		for _, r := range batch {
+			r.err = &commitError{cause: *cause}
+			r.done <- struct{}{}
+		}
+		return
+	}
+	err := s.update(func(tx *bolt.Tx) error { return s.cm.apply(tx, batch, s.commitHook.Load()) })
+	clear(s.cm.states)
+	s.cm.arena = s.cm.arena[:0]
+	if err != nil {
+		// Never retry: after a failed fsync the kernel may have dropped the
+		// dirty pages, and a retry could "succeed" without them.
+		cause := fmt.Errorf("eventstore: commit of %d requests to %s failed: %w", len(batch), s.path, err)
+		s.failed.Store(&cause)
+		for _, r := range batch {
+			switch {
+			case r.wrote:
+				r.err = &commitError{cause: cause, inBatch: true}
+			case r.err != nil && r.err == r.ctx.Err():
+				// canceled before its writes: it wrote nothing, say so
+			default:
+				r.err = &commitError{cause: cause}
+			}
+		}
+	}
+	for _, r := range batch {
+		r.done <- struct{}{}
+	}
+}
+
+// update runs a write transaction, turning a panic of the storage engine
+// into an error (which then disables writes).
+func (s *BoltStore) update(fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("storage engine panicked: %v", p)
+		}
+	}()
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	return s.db.Update(fn)
+}
+
+// apply writes the batch. Each request is checked completely before any of
+// its writes, so one that fails (a conflict, a canceled context, a corrupt
+// stream) writes nothing while the others proceed. An error returned from
+// here is a storage failure and fails the whole transaction.
+func (c *committer) apply(tx *bolt.Tx, batch []*request, hook *func() error) error {
+	bk, err := openBuckets(tx)
+	if err != nil {
+		return err
+	}
+	bk.seq.FillPercent = 1.0 // keys only ever grow: pack pages full
+	lastSeq, err := readLastSeq(bk.meta)
+	if err != nil {
+		return err
+	}
+	startSeq := lastSeq
+	for _, r := range batch {
+		r.err, r.wrote = nil, false
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			continue
+		}
+		st, err := c.state(bk, r.stream)
+		if err != nil {
+			r.err = err
+			continue
+		}
+		if r.kind == reqSnapshot {
+			if r.snapVersion > st.version {
+				r.err = snapshotBeyondHead(r.stream, r.snapVersion, st.version)
+				continue
+			}
+			if err := bk.snaps.Put(c.streamKey(r.stream), r.buf); err != nil {
+				return err
+			}
+			r.wrote = true
+			continue
+		}
+		if r.expected != Any && r.expected != st.version {
+			r.err = &ConflictError{Stream: r.stream, Expected: r.expected, Actual: st.version}
+			continue
+		}
+		n := int64(len(r.ends))
+		if st.version > math.MaxInt64-n || lastSeq > math.MaxUint64-uint64(n) {
+			r.err = fmt.Errorf("eventstore: stream %q: version or sequence would overflow", r.stream)
+			continue
+		}
+		if st.bucket == nil {
+			if st.bucket, err = bk.streams.CreateBucket(c.streamKey(r.stream)); err != nil {
+				return err
+			}
+		}
+		st.bucket.FillPercent = 1.0
+		res := AppendResult{FirstVersion: st.version + 1, FirstSeq: lastSeq + 1}
+		start := 0
+		for _, end := range r.ends {
+			rec := r.buf[start:end]
+			start = end
+			st.version++
+			lastSeq++
+			patchRecord(rec, lastSeq, st.version, &st.head)
+			st.head = sha256.Sum256(rec)
+			if err := st.bucket.Put(u64key(&c.k8, uint64(st.version)), rec); err != nil {
+				return err
+			}
+			iv := appendIndexValue(c.alloc(8 + len(r.stream))[:0], st.version, r.stream)
+			if err := bk.seq.Put(u64key(&c.k8, lastSeq), iv); err != nil {
+				return err
+			}
+		}
+		st.dirty = true
+		res.LastVersion, res.LastSeq, res.Head = st.version, lastSeq, st.head
+		r.res = res
+		r.wrote = true
+		c.states[r.stream] = st
+	}
+	for stream, st := range c.states {
+		if !st.dirty {
+			continue
+		}
+		hv := appendHead(c.alloc(headLen)[:0], st.version, &st.head)
+		if err := bk.heads.Put(c.streamKey(stream), hv); err != nil {
+			return err
+		}
+	}
+	if lastSeq != startSeq {
+		v := c.alloc(8)
+		binary.BigEndian.PutUint64(v, lastSeq)
+		if err := bk.meta.Put(keyLastSeq, v); err != nil {
+			return err
+		}
+	}
+	if hook != nil {
+		return (*hook)()
+	}
+	return nil
+}
+
+// state returns a stream's head as of the batch so far, loading it from the
+// file the first time. A stream whose metadata disagrees with its records
+// (a dropped tail, say) is refused: appending would bury the damage.
+func (c *committer) state(bk *buckets, stream string) (streamState, error) {
+	if st, ok := c.states[stream]; ok {
+		return st, nil
+	}
+	var st streamState
+	key := c.streamKey(stream)
+	if v := bk.heads.Get(key); v != nil {
+		var err error
+		if st.version, st.head, err = decodeHead(stream, v); err != nil {
+			return st, err
+		}
+	}
+	st.bucket = bk.streams.Bucket(key)
+	var last int64
+	if st.bucket != nil {
+		if k, _ := st.bucket.Cursor().Last(); len(k) == 8 {
+			last = int64(binary.BigEndian.Uint64(k))
+		}
+	}
+	if last != st.version {
+		return st, corrupt(stream, 0, fmt.Sprintf(
+			"stream metadata says the head is version %d but the last record is version %d; refusing to append", st.version, last))
+	}
+	c.states[stream] = st
+	return st, nil
+}

@@ -1,0 +1,80 @@
+// Package eventstore is StateIndex's durable, append-only event log: one
+// stream per scope, records numbered 1..n per stream and by a global
+// sequence across streams, optimistic concurrency on appends, snapshots to
+// shorten replay, and a hash chain that makes corruption detectable. It is
+// the only package that does disk I/O; everything above it folds the events
+// it returns.
+//
+// Two backends implement Store with the same semantics, checked by the
+// conformance suite in eventstore/storetest: BoltStore (a bbolt file, for
+// production) and MemoryStore (for tests).
+//
+// # Records and the hash chain
+//
+// Each record is a msgpack map inside a versioned envelope with explicit
+// one-letter keys (v: envelope version, always first; q: global sequence;
+// n: stream version; p: previous record's hash; s: stream; t: type;
+// d: data). Record.Hash is the SHA-256 of the record's stored bytes, which
+// include its predecessor's hash, its position and its stream name, so the
+// chain covers everything. A stream's metadata holds its head version and
+// head hash: a flipped byte anywhere, a missing record or a dropped tail
+// breaks a link and is reported as a *CorruptionError naming the stream and
+// version. ReadStream checks every link before handing a record out;
+// VerifyStream and BoltStore.Verify walk whole chains. An unknown envelope
+// version is ErrUnsupportedFormat, never a silent skip.
+//
+// # On-disk layout (FormatVersion 1)
+//
+//	meta        "format"  -> uint32 big-endian FormatVersion
+//	            "lastseq" -> uint64 big-endian, the highest global sequence
+//	streams     <stream>  -> nested bucket: uint64 BE version -> record envelope
+//	heads       <stream>  -> [1 byte format=1][uint64 BE head version][32-byte head hash]
+//	seq         uint64 BE sequence -> [uint64 BE version][stream name]
+//	snapshots   <stream>  -> snapshot envelope (v, n: version, f: projection
+//	                         format, c: SHA-256 of the envelope with c zeroed,
+//	                         s: stream, d: data)
+//
+// Append-only buckets are written with FillPercent 1.0. Open refuses a file
+// whose format version it does not know with ErrUnsupportedFormat.
+//
+// # Durability and group commit
+//
+// Append returns only after its commit is fsynced. Appends are validated and
+// encoded in the caller's goroutine, then queued to a single committer
+// goroutine. The committer blocks for the first pending request, then takes
+// every other request already pending — without waiting for more: there is
+// no timer, so a lone writer pays one commit and never a delay — and writes
+// them all in one bbolt transaction, one fsync for the whole batch. Each
+// request is checked against its stream's version as updated by the earlier
+// requests of the same batch, before any of its writes, so two appends at
+// the same expected version in one batch resolve to one success and one
+// *ConflictError that wrote nothing. Throughput therefore grows with the
+// number of concurrent writers while every acknowledged event survives a
+// crash. SaveSnapshot goes through the same committer.
+//
+// If a commit fails, every request of that batch fails: those whose writes
+// were part of the commit with ErrCommitFailed (their outcome is unknown
+// until the store is reopened and read), the others with ErrWritesDisabled.
+// The store then refuses all further writes with ErrWritesDisabled until it
+// is reopened; reads keep working. A failed fsync is never retried.
+//
+// # Caveats
+//
+//   - Never set Options.NoSync outside tests and benchmarks: appends are then
+//     acknowledged before they are durable.
+//   - Never retry a failed commit on the same store: reopen it and read what
+//     is there (request ids make the retry of an uncertain append safe).
+//   - Never open one data file from two stores: Open fails with ErrLocked
+//     after Options.OpenTimeout; it does not wait forever.
+//   - An Append whose context ends after its writes joined a commit still
+//     reports the commit's real outcome, not ctx.Err().
+//   - Read callbacks run outside any transaction or lock and may call the
+//     store; a long walk spans several transactions (records are immutable,
+//     so it still sees one consistent chain).
+//   - The chain proves integrity against accidents, not against someone who
+//     can rewrite the file and recompute every hash.
+//   - bbolt panics on some corrupt pages; reads and commits recover those
+//     panics and memory faults in the mapped file into ErrCorrupt, but a
+//     damaged file can still crash the process in ways Go cannot recover
+//     from. Run BoltStore.Verify on a file you doubt.
+package eventstore

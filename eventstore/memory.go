@@ -1,0 +1,366 @@
+package eventstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// MemoryStore is a Store held in memory, for tests and for tools that need
+// a throwaway log. It has the same semantics as BoltStore — versions,
+// sequences, the hash chain (records are encoded exactly as on disk, so
+// hashes are identical), snapshots, limits and errors — except durability:
+// nothing survives the process. It is safe for concurrent use.
+type MemoryStore struct {
+	lim Limits
+
+	mu         sync.RWMutex
+	closed     bool
+	closedFlag atomic.Bool // lock-free early check of closed
+	streams    map[string]*memStream
+	index      []memIndexEntry // index[seq-1]
+	snaps      map[string][]byte
+}
+
+type memStream struct {
+	recs [][]byte // recs[version-1], as encoded on disk
+	head Hash
+}
+
+type memIndexEntry struct {
+	stream  string
+	version int64
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// NewMemory returns an empty MemoryStore with default limits.
+func NewMemory() *MemoryStore {
+	m, _ := NewMemoryWithLimits(Limits{})
+	return m
+}
+
+// NewMemoryWithLimits returns an empty MemoryStore with the given limits
+// (zero fields take their defaults).
+func NewMemoryWithLimits(l Limits) (*MemoryStore, error) {
+	lim, err := l.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return &MemoryStore{
+		lim:     lim,
+		streams: make(map[string]*memStream),
+		snaps:   make(map[string][]byte),
+	}, nil
+}
+
+// Append implements Store. The memory store is not durable; otherwise it
+// behaves as BoltStore.Append.
+func (m *MemoryStore) Append(ctx context.Context, stream string, expected int64, events []Event) (AppendResult, error) {
+	if m.closedFlag.Load() {
+		return AppendResult{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return AppendResult{}, err
+	}
+	buf, ends, err := encodeAppend(nil, nil, stream, expected, events, &m.lim)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return AppendResult{}, ErrClosed
+	}
+	ms := m.streams[stream]
+	var version int64
+	var head Hash
+	if ms != nil {
+		version, head = int64(len(ms.recs)), ms.head
+	}
+	if expected != Any && expected != version {
+		return AppendResult{}, &ConflictError{Stream: stream, Expected: expected, Actual: version}
+	}
+	seq := uint64(len(m.index))
+	if version > math.MaxInt64-int64(len(ends)) {
+		return AppendResult{}, fmt.Errorf("eventstore: stream %q: version would overflow", stream)
+	}
+	if ms == nil {
+		ms = &memStream{}
+		m.streams[stream] = ms
+	}
+	res := AppendResult{FirstVersion: version + 1, FirstSeq: seq + 1}
+	start := 0
+	for _, end := range ends {
+		rec := buf[start:end:end]
+		start = end
+		version++
+		seq++
+		patchRecord(rec, seq, version, &head)
+		head = sha256.Sum256(rec)
+		ms.recs = append(ms.recs, rec)
+		m.index = append(m.index, memIndexEntry{stream: stream, version: version})
+	}
+	ms.head = head
+	res.LastVersion, res.LastSeq, res.Head = version, seq, head
+	return res, nil
+}
+
+// memSource is a stream's records while the read lock is held.
+type memSource struct {
+	ms  *memStream
+	pos int64
+}
+
+func (s *memSource) head() (int64, Hash, bool, error) {
+	if s.ms == nil || len(s.ms.recs) == 0 {
+		return 0, Hash{}, false, nil
+	}
+	return int64(len(s.ms.recs)), s.ms.head, true, nil
+}
+
+func (s *memSource) get(version int64) ([]byte, bool, error) {
+	if s.ms == nil || version < 1 || version > int64(len(s.ms.recs)) {
+		return nil, false, nil
+	}
+	return s.ms.recs[version-1], true, nil
+}
+
+func (s *memSource) seek(version int64) (int64, []byte, bool, error) {
+	s.pos = max(version, 1)
+	raw, ok, err := s.get(s.pos)
+	return s.pos, raw, ok, err
+}
+
+func (s *memSource) next() (int64, []byte, bool, error) {
+	s.pos++
+	raw, ok, err := s.get(s.pos)
+	return s.pos, raw, ok, err
+}
+
+// rlock takes the read lock unless the store is closed.
+func (m *MemoryStore) rlock() error {
+	m.mu.RLock()
+	if m.closed {
+		m.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// ReadStream implements Store, with the same checks as BoltStore.ReadStream.
+// fn runs without the store's lock held.
+func (m *MemoryStore) ReadStream(ctx context.Context, stream string, from int64, fn func(Record) error) error {
+	if err := checkStream(stream); err != nil {
+		return err
+	}
+	cr := newChainReader(stream, from)
+	var chunk []Record
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := m.rlock(); err != nil {
+			return err
+		}
+		var end bool
+		var err error
+		chunk, end, err = cr.readChunk(&memSource{ms: m.streams[stream]}, chunk[:0], true, chunkRecords, chunkBytes)
+		m.mu.RUnlock()
+		if err != nil {
+			return err
+		}
+		for i := range chunk {
+			if err := fn(chunk[i]); err != nil {
+				return err
+			}
+		}
+		clear(chunk)
+		if end {
+			return nil
+		}
+	}
+}
+
+// ReadAll implements Store. fn runs without the store's lock held.
+func (m *MemoryStore) ReadAll(ctx context.Context, from uint64, fn func(Record) error) error {
+	next := max(from, 1)
+	var chunk []Record
+	var types interner
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := m.rlock(); err != nil {
+			return err
+		}
+		chunk = chunk[:0]
+		var err error
+		for next <= uint64(len(m.index)) && len(chunk) < chunkRecords {
+			e := m.index[next-1]
+			raw := m.streams[e.stream].recs[e.version-1]
+			var f recordFields
+			if err = parseRecord(raw, &f); err != nil {
+				err = recordDecodeError(e.stream, e.version, err)
+				break
+			}
+			chunk = append(chunk, Record{
+				Stream:   e.stream,
+				Version:  e.version,
+				Seq:      f.seq,
+				Type:     types.get(f.typ),
+				Data:     cloneBytes(f.data),
+				PrevHash: f.prev,
+				Hash:     sha256.Sum256(raw),
+			})
+			next++
+		}
+		end := next > uint64(len(m.index))
+		m.mu.RUnlock()
+		if err != nil {
+			return err
+		}
+		for i := range chunk {
+			if err := fn(chunk[i]); err != nil {
+				return err
+			}
+		}
+		clear(chunk)
+		if end {
+			return nil
+		}
+	}
+}
+
+// Stream implements Store.
+func (m *MemoryStore) Stream(ctx context.Context, stream string) (StreamInfo, error) {
+	if err := checkStream(stream); err != nil {
+		return StreamInfo{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return StreamInfo{}, err
+	}
+	if err := m.rlock(); err != nil {
+		return StreamInfo{}, err
+	}
+	defer m.mu.RUnlock()
+	info := StreamInfo{Stream: stream}
+	if ms := m.streams[stream]; ms != nil {
+		info.Version, info.Head = int64(len(ms.recs)), ms.head
+	}
+	return info, nil
+}
+
+// Streams implements Store. fn runs without the store's lock held.
+func (m *MemoryStore) Streams(ctx context.Context, fn func(StreamInfo) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := m.rlock(); err != nil {
+		return err
+	}
+	infos := make([]StreamInfo, 0, len(m.streams))
+	for name, ms := range m.streams {
+		infos = append(infos, StreamInfo{Stream: name, Version: int64(len(ms.recs)), Head: ms.head})
+	}
+	m.mu.RUnlock()
+	sort.Slice(infos, func(i, j int) bool { return infos[i].Stream < infos[j].Stream })
+	for _, info := range infos {
+		if err := fn(info); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LastSeq implements Store.
+func (m *MemoryStore) LastSeq(ctx context.Context) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := m.rlock(); err != nil {
+		return 0, err
+	}
+	defer m.mu.RUnlock()
+	return uint64(len(m.index)), nil
+}
+
+// SaveSnapshot implements Store.
+func (m *MemoryStore) SaveSnapshot(ctx context.Context, stream string, snap Snapshot) error {
+	if m.closedFlag.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkSnapshot(stream, &snap, &m.lim); err != nil {
+		return err
+	}
+	raw := encodeSnapshot(nil, stream, &snap)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	var head int64
+	if ms := m.streams[stream]; ms != nil {
+		head = int64(len(ms.recs))
+	}
+	if snap.Version > head {
+		return snapshotBeyondHead(stream, snap.Version, head)
+	}
+	m.snaps[stream] = raw
+	return nil
+}
+
+// LoadSnapshot implements Store.
+func (m *MemoryStore) LoadSnapshot(ctx context.Context, stream string) (Snapshot, bool, error) {
+	if err := checkStream(stream); err != nil {
+		return Snapshot{}, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Snapshot{}, false, err
+	}
+	if err := m.rlock(); err != nil {
+		return Snapshot{}, false, err
+	}
+	raw, ok := m.snaps[stream]
+	m.mu.RUnlock()
+	if !ok {
+		return Snapshot{}, false, nil
+	}
+	snap, err := decodeSnapshot(stream, raw)
+	if err != nil {
+		return Snapshot{}, false, err
+	}
+	return snap, true, nil
+}
+
+// VerifyStream implements Store.
+func (m *MemoryStore) VerifyStream(ctx context.Context, stream string) error {
+	if err := checkStream(stream); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := m.rlock(); err != nil {
+		return err
+	}
+	defer m.mu.RUnlock()
+	cr := newChainReader(stream, 1)
+	return verifyChain(ctx, &cr, &memSource{ms: m.streams[stream]})
+}
+
+// Close implements Store. It is idempotent.
+func (m *MemoryStore) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	m.closedFlag.Store(true)
+	return nil
+}

@@ -1,0 +1,124 @@
+package eventstore
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Defaults for Limits and Options.
+const (
+	// DefaultMaxRecordBytes leaves room for a 1 MiB payload (the largest
+	// request the protocol accepts) plus its envelope.
+	DefaultMaxRecordBytes = 1<<20 + 64<<10
+	// DefaultMaxAppendBytes bounds the memory one Append can pin in the
+	// commit queue.
+	DefaultMaxAppendBytes = 16 << 20
+	// DefaultMaxSnapshotBytes bounds one encoded snapshot.
+	DefaultMaxSnapshotBytes = 64 << 20
+	// DefaultOpenTimeout is how long Open waits for another holder of the
+	// data file to let go before failing with ErrLocked.
+	DefaultOpenTimeout = 2 * time.Second
+	// DefaultMaxCommitBytes is the size at which the committer stops adding
+	// pending appends to one transaction (a single larger append still
+	// commits alone).
+	DefaultMaxCommitBytes = 32 << 20
+	// DefaultFileMode is the permission of a newly created data file.
+	DefaultFileMode os.FileMode = 0o600
+)
+
+// Limits bound what one call may write. A zero field takes its default.
+// Both store backends enforce the same limits so a test against the memory
+// store predicts the bolt store.
+type Limits struct {
+	// MaxRecordBytes is the largest encoded size of one event's record
+	// (payload, type, stream name and a 60-odd byte envelope).
+	MaxRecordBytes int
+	// MaxAppendBytes is the largest encoded size of all events of one Append.
+	MaxAppendBytes int
+	// MaxSnapshotBytes is the largest encoded size of one snapshot.
+	MaxSnapshotBytes int
+}
+
+func (l Limits) resolve() (Limits, error) {
+	if l.MaxRecordBytes < 0 || l.MaxAppendBytes < 0 || l.MaxSnapshotBytes < 0 {
+		return l, fmt.Errorf("%w: negative limit %+v", ErrInvalidOptions, l)
+	}
+	if l.MaxRecordBytes == 0 {
+		l.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if l.MaxAppendBytes == 0 {
+		l.MaxAppendBytes = DefaultMaxAppendBytes
+	}
+	if l.MaxSnapshotBytes == 0 {
+		l.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if l.MaxRecordBytes > bolt.MaxValueSize || l.MaxSnapshotBytes > bolt.MaxValueSize {
+		return l, fmt.Errorf("%w: a record or snapshot limit above %d bytes cannot be stored", ErrInvalidOptions, bolt.MaxValueSize)
+	}
+	return l, nil
+}
+
+// Options configure Open. A nil *Options means all defaults; a zero field
+// takes its default.
+type Options struct {
+	Limits
+
+	// OpenTimeout is how long Open waits for the file lock (default 2s).
+	// bbolt would otherwise wait forever for a file another process holds.
+	OpenTimeout time.Duration
+
+	// NoSync skips fsync on commit. Only for tests and CPU benchmarks: an
+	// append is then acknowledged before it is durable, and a machine crash
+	// can lose acknowledged events or corrupt the file. Never set it in
+	// production.
+	NoSync bool
+
+	// FileMode is the permission of a newly created data file (default 0600).
+	FileMode os.FileMode
+
+	// PageSize is the page size of a newly created file (default: the OS
+	// page size). Larger pages (16 KiB) store events more compactly; it has
+	// no effect on an existing file.
+	PageSize int
+
+	// InitialMmapSize is the initial size of the memory map. A commit that
+	// grows the file past the mapping waits for open read transactions;
+	// mapping generously up front avoids those stalls.
+	InitialMmapSize int
+
+	// MaxCommitBytes is the size at which the committer stops adding pending
+	// appends to one transaction (default 32 MiB).
+	MaxCommitBytes int
+}
+
+type resolvedOptions struct {
+	Options
+}
+
+func (o *Options) resolve() (resolvedOptions, error) {
+	var r resolvedOptions
+	if o != nil {
+		r.Options = *o
+	}
+	lim, err := r.Limits.resolve()
+	if err != nil {
+		return r, err
+	}
+	r.Limits = lim
+	if r.OpenTimeout < 0 || r.PageSize < 0 || r.InitialMmapSize < 0 || r.MaxCommitBytes < 0 {
+		return r, fmt.Errorf("%w: negative value in %+v", ErrInvalidOptions, r.Options)
+	}
+	if r.OpenTimeout == 0 {
+		r.OpenTimeout = DefaultOpenTimeout
+	}
+	if r.FileMode == 0 {
+		r.FileMode = DefaultFileMode
+	}
+	if r.MaxCommitBytes == 0 {
+		r.MaxCommitBytes = DefaultMaxCommitBytes
+	}
+	return r, nil
+}

@@ -1,0 +1,197 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// maxVerifyProblems bounds what Verify collects from a badly damaged file.
+const maxVerifyProblems = 1000
+
+// Verify checks the whole data file in one read transaction: every stream's
+// hash chain against its metadata, that the global index maps the
+// sequences 1..LastSeq one to one onto the records, every snapshot, and —
+// if all of that is sound — bbolt's own page structure. It calls report (which may be nil) for each
+// problem, after the transaction has ended; stream is "" for problems
+// outside a stream. It returns nil for a sound file, an error matching
+// ErrCorrupt if problems were found, or the error that stopped the walk
+// (a canceled ctx, ErrClosed).
+//
+// Verify holds one read transaction for its whole run: a commit that must
+// grow the file waits for it. Run it when the store is quiet, or size
+// Options.InitialMmapSize generously.
+func (s *BoltStore) Verify(ctx context.Context, report func(stream string, err error)) error {
+	type problem struct {
+		stream string
+		err    error
+	}
+	var problems []problem
+	truncated := false
+	add := func(stream string, err error) {
+		if len(problems) < maxVerifyProblems {
+			problems = append(problems, problem{stream, err})
+		} else {
+			truncated = true
+		}
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		bk, err := openBuckets(tx)
+		if err != nil {
+			add("", err)
+			return nil
+		}
+		lastSeq, err := readLastSeq(bk.meta)
+		if err != nil {
+			add("", err)
+		}
+
+		// Every stream named by metadata or by a records bucket.
+		names := map[string]struct{}{}
+		if err := bk.heads.ForEach(func(k, _ []byte) error {
+			names[string(k)] = struct{}{}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := bk.streams.ForEach(func(k, v []byte) error {
+			if v != nil {
+				add("", corrupt("", 0, fmt.Sprintf("the streams bucket holds a plain value under %q", k)))
+				return nil
+			}
+			names[string(k)] = struct{}{}
+			return nil
+		}); err != nil {
+			return err
+		}
+		sorted := make([]string, 0, len(names))
+		for name := range names {
+			sorted = append(sorted, name)
+		}
+		sort.Strings(sorted)
+
+		var records uint64
+		streamProblems := false
+		var k8 [8]byte
+		for _, name := range sorted {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := checkStream(name); err != nil {
+				add(name, &CorruptionError{Stream: name, Reason: "invalid stream name stored", Err: err})
+				streamProblems = true
+				continue
+			}
+			cr := newChainReader(name, 1)
+			cr.visit = func(version int64, seq uint64) error {
+				v := bk.seq.Get(u64key(&k8, seq))
+				switch {
+				case v == nil:
+					return corrupt(name, version, fmt.Sprintf("the global index has no entry for its sequence %d", seq))
+				case len(v) < 8 || int64(binary.BigEndian.Uint64(v[:8])) != version || string(v[8:]) != name:
+					return corrupt(name, version, fmt.Sprintf("global index entry %d points to another record", seq))
+				case seq > lastSeq:
+					return corrupt(name, version, fmt.Sprintf("its sequence %d is beyond the last sequence %d", seq, lastSeq))
+				}
+				return nil
+			}
+			if err := recovered(name, func() error { return verifyChain(ctx, &cr, newBoltSource(bk, name)) }); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				add(name, err)
+				streamProblems = true
+			}
+			records += uint64(cr.next - 1)
+		}
+
+		// The global index: keys 1..lastSeq without gaps.
+		expect := uint64(1)
+		c := bk.seq.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if len(k) != 8 {
+				add("", corrupt("", 0, fmt.Sprintf("malformed global index key %x", k)))
+				break
+			}
+			if seq := binary.BigEndian.Uint64(k); seq != expect {
+				add("", corrupt("", 0, fmt.Sprintf("global index is missing sequence %d", expect)))
+				break
+			}
+			expect++
+		}
+		if expect-1 != lastSeq {
+			add("", corrupt("", 0, fmt.Sprintf("global index ends at sequence %d but the last sequence is %d", expect-1, lastSeq)))
+		}
+		if !streamProblems && records != lastSeq {
+			add("", corrupt("", 0, fmt.Sprintf("streams hold %d records but the last sequence is %d", records, lastSeq)))
+		}
+
+		// Snapshots: decodable, checksummed, within their stream.
+		if err := bk.snaps.ForEach(func(k, v []byte) error {
+			name := string(k)
+			if v == nil {
+				add(name, corrupt(name, 0, "snapshots bucket holds a bucket"))
+				return nil
+			}
+			snap, err := decodeSnapshot(name, v)
+			if err != nil {
+				add(name, err)
+				return nil
+			}
+			head, _, _, err := newBoltSource(bk, name).head()
+			if err == nil && snap.Version > head {
+				add(name, corrupt(name, 0, fmt.Sprintf("snapshot covers version %d but the stream's head is %d", snap.Version, head)))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+
+		// bbolt's page-level consistency, only on a file whose records all
+		// read cleanly: tx.Check runs in a goroutine of its own, where a
+		// fault in a damaged page's memory map would crash the process
+		// instead of becoming a panic we can recover.
+		if len(problems) == 0 {
+			for err := range tx.Check() {
+				add("", &CorruptionError{Reason: "inconsistent page structure", Err: err})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		var ce *CorruptionError
+		if !errors.As(err, &ce) {
+			return err // closed, canceled
+		}
+		add("", err)
+	}
+	if report != nil {
+		for _, p := range problems {
+			report(p.stream, p.err)
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	more := ""
+	if truncated {
+		more = " (stopped counting)"
+	}
+	return fmt.Errorf("%w: %s: %d problem(s) found%s", ErrCorrupt, s.path, len(problems), more)
+}
+
+// recovered runs fn, turning a panic of the storage engine while reading
+// stream's pages into a *CorruptionError, so that Verify goes on with the
+// other streams.
+func recovered(stream string, fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &CorruptionError{Stream: stream, Reason: "the storage engine failed while reading the stream's pages", Err: fmt.Errorf("panic: %v", p)}
+		}
+	}()
+	return fn()
+}

@@ -23,13 +23,19 @@ var (
 	ErrCriticalExceedsBudget = errors.New("compaction: critical content exceeds the budget")
 
 	// Summaries.
-	ErrSummaryOverBudget  = errors.New("compaction: summarizer exceeded its token limit")
-	ErrSummaryIDRequired  = errors.New("compaction: a summary is needed but Options.SummaryID is empty")
+	ErrSummaryOverBudget = errors.New("compaction: summarizer exceeded its token limit")
+	ErrSummarizerFailed  = errors.New("compaction: summarizer failed")
+	ErrSummaryIDRequired = errors.New("compaction: a summary is needed but Options.SummaryID is empty")
+
+	// Compact.
 	ErrTargetTooSmall     = errors.New("compaction: target leaves no room for a summary")
-	ErrSummarizerFailed   = errors.New("compaction: summarizer failed")
 	ErrInvalidStrategy    = errors.New("compaction: invalid strategy")
 	ErrCustomOutput       = errors.New("compaction: custom strategy returned an invalid result")
 	ErrCustomStrategyFail = errors.New("compaction: custom strategy failed")
+
+	// ErrPanic reports a panic inside Fit or Compact, most likely in a
+	// caller's Counter or Summarizer: it is returned, never propagated.
+	ErrPanic = errors.New("compaction: panic")
 )
 
 // CriticalOverflowError reports that the Critical content alone, already

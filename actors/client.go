@@ -1,0 +1,157 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stateindex/stateindex/messages"
+)
+
+// Client is the typed Go API of a StateIndex: one method per operation,
+// deadlines from the context, errors matching the sentinels of this package
+// with errors.Is. It is safe for concurrent use.
+//
+// A mutating request whose RequestID is empty gets a fresh one, written into
+// the request itself, so that resending the same request after ErrTimeout
+// applies it at most once.
+type Client struct {
+	root    *actor.RootContext
+	route   func(scope string) *actor.PID
+	timeout time.Duration
+	newID   func() string
+}
+
+// NewClient returns a Client that sends every request to pid (for example a
+// Server's PID, possibly on another node).
+func NewClient(root *actor.RootContext, pid *actor.PID, timeout time.Duration) *Client {
+	if timeout <= 0 {
+		timeout = DefaultConfig().RequestTimeout
+	}
+	return &Client{root: root, timeout: timeout, newID: NewID, route: func(string) *actor.PID { return pid }}
+}
+
+func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request) (R, error) {
+	var zero R
+	if m, ok := req.(messages.MutatingRequest); ok && m.Mut().RequestID == "" {
+		m.Mut().RequestID = c.newID()
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	timeout := c.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+		if timeout <= 0 {
+			return zero, fmt.Errorf("%w: %w", ErrTimeout, context.DeadlineExceeded)
+		}
+	}
+	f := c.root.RequestFuture(c.route(req.ScopeName()), req, timeout)
+	var res any
+	var err error
+	if ctx.Done() == nil {
+		res, err = f.Result()
+	} else {
+		done := make(chan struct{})
+		go func() { res, err = f.Result(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return zero, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		}
+	}
+	if err != nil {
+		if errors.Is(err, actor.ErrTimeout) {
+			return zero, ErrTimeout
+		}
+		return zero, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if r, ok := res.(R); ok {
+		if e := r.Failure(); e != nil {
+			return r, e
+		}
+		return r, nil
+	}
+	if r, ok := res.(messages.Reply); ok && r.Failure() != nil {
+		return zero, r.Failure()
+	}
+	return zero, messages.Errorf(messages.CodeInternal, "unexpected reply %T to %T", res, req)
+}
+
+// PushFrame creates a frame.
+func (c *Client) PushFrame(ctx context.Context, req *messages.PushFrame) (*messages.PushFrameReply, error) {
+	return call[*messages.PushFrameReply](ctx, c, req)
+}
+
+// PopFrame ends a frame.
+func (c *Client) PopFrame(ctx context.Context, req *messages.PopFrame) (*messages.PopFrameReply, error) {
+	return call[*messages.PopFrameReply](ctx, c, req)
+}
+
+// UpdateFrame changes a frame's goal, inputs, limits, reservation or hash.
+func (c *Client) UpdateFrame(ctx context.Context, req *messages.UpdateFrame) (*messages.UpdateFrameReply, error) {
+	return call[*messages.UpdateFrameReply](ctx, c, req)
+}
+
+// AddContextHandle adds context to a frame.
+func (c *Client) AddContextHandle(ctx context.Context, req *messages.AddContextHandle) (*messages.AddContextHandleReply, error) {
+	return call[*messages.AddContextHandleReply](ctx, c, req)
+}
+
+// AddResult records a result reference.
+func (c *Client) AddResult(ctx context.Context, req *messages.AddResult) (*messages.AddResultReply, error) {
+	return call[*messages.AddResultReply](ctx, c, req)
+}
+
+// RecordUsage records consumption; crossing a limit suspends the frame.
+func (c *Client) RecordUsage(ctx context.Context, req *messages.RecordUsage) (*messages.RecordUsageReply, error) {
+	return call[*messages.RecordUsageReply](ctx, c, req)
+}
+
+// StartToolCall journals a tool call before it is dispatched.
+func (c *Client) StartToolCall(ctx context.Context, req *messages.StartToolCall) (*messages.StartToolCallReply, error) {
+	return call[*messages.StartToolCallReply](ctx, c, req)
+}
+
+// FinishToolCall records a tool call's output.
+func (c *Client) FinishToolCall(ctx context.Context, req *messages.FinishToolCall) (*messages.FinishToolCallReply, error) {
+	return call[*messages.FinishToolCallReply](ctx, c, req)
+}
+
+// AssembleContextPack returns a frame's context fitted to a budget.
+func (c *Client) AssembleContextPack(ctx context.Context, req *messages.AssembleContextPack) (*messages.ContextPack, error) {
+	return call[*messages.ContextPack](ctx, c, req)
+}
+
+// SuspendFrame pauses a frame and returns its signed token.
+func (c *Client) SuspendFrame(ctx context.Context, req *messages.SuspendFrame) (*messages.SuspensionToken, error) {
+	return call[*messages.SuspensionToken](ctx, c, req)
+}
+
+// ResumeFrame resumes a suspended frame with its token.
+func (c *Client) ResumeFrame(ctx context.Context, req *messages.ResumeFrame) (*messages.ResumeFrameReply, error) {
+	return call[*messages.ResumeFrameReply](ctx, c, req)
+}
+
+// CompactContext compacts a frame's live context with a strategy.
+func (c *Client) CompactContext(ctx context.Context, req *messages.CompactContext) (*messages.CompactionResult, error) {
+	return call[*messages.CompactionResult](ctx, c, req)
+}
+
+// ResumeActor recovers a scope after a restart.
+func (c *Client) ResumeActor(ctx context.Context, req *messages.ResumeActor) (*messages.ActorResumeState, error) {
+	return call[*messages.ActorResumeState](ctx, c, req)
+}
+
+// GetFrame reads a frame.
+func (c *Client) GetFrame(ctx context.Context, req *messages.GetFrame) (*messages.GetFrameReply, error) {
+	return call[*messages.GetFrameReply](ctx, c, req)
+}
+
+// GetStack reads the path root → frame.
+func (c *Client) GetStack(ctx context.Context, req *messages.GetStack) (*messages.GetStackReply, error) {
+	return call[*messages.GetStackReply](ctx, c, req)
+}

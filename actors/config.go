@@ -1,0 +1,143 @@
+package actors
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/stateindex/stateindex/compaction"
+	"github.com/stateindex/stateindex/frames"
+)
+
+// Config configures a StateIndex. Start from DefaultConfig; a zero field of
+// a Config passed to Start takes its default.
+type Config struct {
+	// Frames bounds what requests may carry (DESIGN §6 limits).
+	Frames frames.Config
+	// Shards is how many actors share the scopes (a scope always lands on
+	// the same shard). Appends from all shards share the store's commits.
+	Shards int
+	// CacheScopes and CacheBytes bound the hot scope states kept in memory
+	// (split evenly across shards); a cold scope is rebuilt from its latest
+	// snapshot plus the events after it.
+	CacheScopes int
+	CacheBytes  int64
+	// SnapshotEvery is how many events of a scope pass between snapshots.
+	SnapshotEvery int64
+	// RequestWindow is how many recent request ids a scope remembers.
+	RequestWindow int
+	// Counter counts tokens; packs never exceed their budget under it.
+	Counter compaction.Counter
+	// CounterName names the counter in packs' metadata.
+	CounterName string
+	// Summarizer writes the summaries of compaction.
+	Summarizer compaction.Summarizer
+	// Custom holds the compaction strategies that requests can name with
+	// Strategy{Kind: "custom", Custom: name}.
+	Custom map[string]compaction.Custom
+	// TokenKey signs suspension tokens (HMAC-SHA256, at least 32 bytes).
+	// Keep it stable across restarts: tokens signed with another key are
+	// refused.
+	TokenKey []byte
+	// TokenTTL is a suspension token's default lifetime; MaxTokenTTL caps
+	// what a request may ask for.
+	TokenTTL    time.Duration
+	MaxTokenTTL time.Duration
+	// Clock and NewID are the shell's sources of time and ids; tests
+	// replace them. NewID must return unique printable ids of ≤ 64 bytes.
+	Clock func() time.Time
+	NewID func() string
+	// RequestTimeout is the Client's deadline when its context has none.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// DefaultConfig returns the defaults. TokenKey is left empty: Start refuses
+// to run without one (cmd/stateindex keeps one in the data directory).
+func DefaultConfig() Config {
+	return Config{
+		Frames:         frames.DefaultConfig(),
+		Shards:         16,
+		CacheScopes:    4096,
+		CacheBytes:     256 << 20,
+		SnapshotEvery:  1000,
+		RequestWindow:  frames.DefaultRequestWindow,
+		Counter:        compaction.EstimateCounter{},
+		CounterName:    "estimate_bytes_div_4",
+		Summarizer:     compaction.Extractive{},
+		TokenTTL:       7 * 24 * time.Hour,
+		MaxTokenTTL:    90 * 24 * time.Hour,
+		Clock:          time.Now,
+		NewID:          NewID,
+		RequestTimeout: 30 * time.Second,
+		Logger:         slog.Default(),
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig and validates.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if c.Frames == (frames.Config{}) {
+		c.Frames = d.Frames
+	}
+	if err := c.Frames.Validate(); err != nil {
+		return c, err
+	}
+	if c.Shards <= 0 {
+		c.Shards = d.Shards
+	}
+	if c.CacheScopes <= 0 {
+		c.CacheScopes = d.CacheScopes
+	}
+	if c.CacheBytes <= 0 {
+		c.CacheBytes = d.CacheBytes
+	}
+	if c.SnapshotEvery <= 0 {
+		c.SnapshotEvery = d.SnapshotEvery
+	}
+	if c.RequestWindow <= 0 {
+		c.RequestWindow = d.RequestWindow
+	}
+	if c.Counter == nil {
+		c.Counter, c.CounterName = d.Counter, d.CounterName
+	}
+	if c.CounterName == "" {
+		c.CounterName = fmt.Sprintf("%T", c.Counter)
+	}
+	if c.Summarizer == nil {
+		c.Summarizer = d.Summarizer
+	}
+	if len(c.TokenKey) < 32 {
+		return c, fmt.Errorf("actors: TokenKey must be at least 32 bytes (got %d)", len(c.TokenKey))
+	}
+	if c.TokenTTL <= 0 {
+		c.TokenTTL = d.TokenTTL
+	}
+	if c.MaxTokenTTL <= 0 {
+		c.MaxTokenTTL = d.MaxTokenTTL
+	}
+	if c.Clock == nil {
+		c.Clock = d.Clock
+	}
+	if c.NewID == nil {
+		c.NewID = d.NewID
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = d.RequestTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	return c, nil
+}
+
+// NewID returns a random 128-bit id as 32 hex characters.
+func NewID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("actors: crypto/rand failed: %v", err)) // the platform is broken
+	}
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,137 @@
+package actors
+
+import (
+	"context"
+	"errors"
+
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/compaction"
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// Sentinel errors returned by the Client, for errors.Is. They match the
+// *messages.Error a reply carries by its code.
+var (
+	ErrInvalidArgument       = messages.ErrInvalidArgument
+	ErrInvalidScope          = messages.ErrInvalidScope
+	ErrTooLarge              = messages.ErrTooLarge
+	ErrFrameNotFound         = messages.ErrFrameNotFound
+	ErrNoActiveFrame         = messages.ErrNoActiveFrame
+	ErrDuplicateID           = messages.ErrDuplicateID
+	ErrMaxDepthExceeded      = messages.ErrMaxDepthExceeded
+	ErrFrameNotLive          = messages.ErrFrameNotLive
+	ErrLiveChildren          = messages.ErrLiveChildren
+	ErrInsufficientTokens    = messages.ErrInsufficientTokens
+	ErrLimitExceeded         = messages.ErrLimitExceeded
+	ErrBudgetTooSmall        = messages.ErrBudgetTooSmall
+	ErrCriticalExceedsBudget = messages.ErrCriticalExceedsBudget
+	ErrNotSuspended          = messages.ErrNotSuspended
+	ErrNotSuspendable        = messages.ErrNotSuspendable
+	ErrTokenInvalid          = messages.ErrTokenInvalid
+	ErrTokenUsed             = messages.ErrTokenUsed
+	ErrTokenExpired          = messages.ErrTokenExpired
+	ErrToolCallNotFound      = messages.ErrToolCallNotFound
+	ErrToolCallFinished      = messages.ErrToolCallFinished
+	ErrHandleNotFound        = messages.ErrHandleNotFound
+	ErrTooManyHandles        = messages.ErrTooManyHandles
+	ErrCompactionRefused     = messages.ErrCompactionRefused
+	ErrRequestIDReused       = messages.ErrRequestIDReused
+	ErrVersionConflict       = messages.ErrVersionConflict
+	ErrStoreFailed           = messages.ErrStoreFailed
+	ErrUnavailable           = messages.ErrUnavailable
+	ErrBadRequest            = messages.ErrBadRequest
+	ErrInternal              = messages.ErrInternal
+	// ErrTimeout: the reply did not arrive before the deadline. For a
+	// mutating request the outcome is unknown: resend it with the same
+	// request id, which applies it at most once.
+	ErrTimeout = errors.New("stateindex: request timed out; outcome unknown, retry with the same request id")
+)
+
+// errorTable maps domain errors to wire codes, most specific first.
+var errorTable = []struct {
+	err  error
+	code messages.Code
+}{
+	{frames.ErrInvalidScope, messages.CodeInvalidScope},
+	{frames.ErrTooLarge, messages.CodeTooLarge},
+	{frames.ErrFrameNotFound, messages.CodeFrameNotFound},
+	{frames.ErrNoActiveFrame, messages.CodeNoActiveFrame},
+	{frames.ErrDuplicateID, messages.CodeDuplicateID},
+	{frames.ErrMaxDepthExceeded, messages.CodeMaxDepthExceeded},
+	{frames.ErrFrameNotLive, messages.CodeFrameNotLive},
+	{frames.ErrParentNotLive, messages.CodeFrameNotLive},
+	{frames.ErrLiveChildren, messages.CodeLiveChildren},
+	{frames.ErrNotSuspended, messages.CodeNotSuspended},
+	{frames.ErrNotSuspendable, messages.CodeNotSuspendable},
+	{frames.ErrTokenUnknown, messages.CodeTokenInvalid},
+	{frames.ErrTokenUsed, messages.CodeTokenUsed},
+	{frames.ErrTokenExpired, messages.CodeTokenExpired},
+	{frames.ErrToolCallUnknown, messages.CodeToolCallNotFound},
+	{frames.ErrToolCallFinished, messages.CodeToolCallFinished},
+	{frames.ErrHandleNotFound, messages.CodeHandleNotFound},
+	{frames.ErrTooManyHandles, messages.CodeTooManyHandles},
+	{frames.ErrCriticalHandle, messages.CodeCompactionRefused},
+	{frames.ErrSplitGroup, messages.CodeCompactionRefused},
+	{frames.ErrRequestIDReused, messages.CodeRequestIDReused},
+	{budget.ErrInsufficientTokens, messages.CodeInsufficientTokens},
+	{budget.ErrLimitExceeded, messages.CodeLimitExceeded},
+	{compaction.ErrCriticalExceedsBudget, messages.CodeCriticalExceedsBudget},
+	{eventstore.ErrConflict, messages.CodeVersionConflict},
+	{eventstore.ErrRecordTooLarge, messages.CodeTooLarge},
+	{eventstore.ErrWritesDisabled, messages.CodeStoreFailed},
+	{eventstore.ErrClosed, messages.CodeUnavailable},
+	{eventstore.ErrCorrupt, messages.CodeStoreFailed},
+	{context.DeadlineExceeded, messages.CodeUnavailable},
+	{frames.ErrInvalidID, messages.CodeInvalidArgument},
+	{frames.ErrInvalidArgument, messages.CodeInvalidArgument},
+	{budget.ErrNegativeAmount, messages.CodeInvalidArgument},
+	{budget.ErrOverflow, messages.CodeInvalidArgument},
+	{budget.ErrInvalidBudget, messages.CodeInvalidArgument},
+	{budget.ErrInvalidLimits, messages.CodeInvalidArgument},
+	{budget.ErrReleaseTooLarge, messages.CodeInvalidArgument},
+}
+
+// toWire turns any error into the typed reply error. Unknown errors are
+// internal: their text is kept, since it names what failed.
+func toWire(err error) *messages.Error {
+	var me *messages.Error
+	if errors.As(err, &me) {
+		return me
+	}
+	out := &messages.Error{Code: messages.CodeInternal, Message: err.Error()}
+	for _, m := range errorTable {
+		if errors.Is(err, m.err) {
+			out.Code = m.code
+			break
+		}
+	}
+	var ite *budget.InsufficientTokensError
+	if errors.As(err, &ite) {
+		out.Requested, out.Available = ite.Requested, ite.Available
+	}
+	var coe *compaction.CriticalOverflowError
+	if errors.As(err, &coe) {
+		out.Needed = coe.Needed
+	}
+	var ce *eventstore.ConflictError
+	if errors.As(err, &ce) {
+		out.Version = ce.Actual
+	}
+	if errors.Is(err, compaction.ErrInvalidPriority) || isCompactionInput(err) {
+		out.Code = messages.CodeInvalidArgument
+	}
+	return out
+}
+
+func isCompactionInput(err error) bool {
+	for _, e := range []error{compaction.ErrEmptyID, compaction.ErrDuplicateID, compaction.ErrNegativeTokens,
+		compaction.ErrNegativeBudget, compaction.ErrInvalidLevel, compaction.ErrInvalidOption, compaction.ErrInvalidStrategy,
+		compaction.ErrTargetTooSmall, compaction.ErrCustomOutput} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

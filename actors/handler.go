@@ -1,0 +1,409 @@
+package actors
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// handler is one shard's logic: decide → durable append → apply → reply.
+// It owns its cache and is used by one goroutine at a time (its shard actor).
+type handler struct {
+	cfg      Config
+	store    eventstore.Store
+	cache    *simplelru.LRU[string, *entry]
+	bytes    int64 // approximate bytes of the cached states
+	maxBytes int64
+	log      *slog.Logger
+	// snapshots counts snapshot saves still running.
+	snapshots sync.WaitGroup
+	// inFlight counts, per scope, writes begun and not yet finished; such a
+	// scope is never evicted.
+	inFlight map[string]int
+}
+
+// entry is a cached scope.
+type entry struct {
+	st          *frames.State
+	size        int64 // approximate bytes
+	snapVersion int64 // version of the latest snapshot written or loaded
+}
+
+func newHandler(cfg Config, store eventstore.Store, cacheScopes int, cacheBytes int64) (*handler, error) {
+	h := &handler{cfg: cfg, store: store, maxBytes: cacheBytes, log: cfg.Logger, inFlight: map[string]int{}}
+	cache, err := simplelru.NewLRU[string, *entry](max(cacheScopes, 1), func(_ string, e *entry) { h.bytes -= e.size })
+	if err != nil {
+		return nil, err
+	}
+	h.cache = cache
+	return h, nil
+}
+
+// write is a decided change on its way to the store: begun on the shard's
+// goroutine, appended on another, finished back on the shard's.
+type write struct {
+	req      messages.Request
+	e        *entry
+	evs      []frames.Event
+	enc      []eventstore.Event
+	expected int64
+	size     int64
+	// reply builds the reply once the events are durable and applied.
+	reply func(*write) (messages.Reply, error)
+}
+
+// handle answers one request: either with a reply now, or with a write
+// that must be appended (runAppend) and then finished (finish) before its
+// reply exists. It never panics.
+func (h *handler) handle(req messages.Request) (reply messages.Reply, w *write) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.log.Error("stateindex: request handler panicked", "error", r, "request", fmt.Sprintf("%T", req))
+			if req != nil {
+				h.cache.Remove(req.ScopeName()) // its state may be half-changed
+			}
+			reply, w = failure(req, messages.Errorf(messages.CodeInternal, "internal error handling %T", req)), nil
+		}
+	}()
+	if req == nil {
+		return failure(nil, messages.Errorf(messages.CodeBadRequest, "nil request")), nil
+	}
+	if err := frames.ValidateScope(req.ScopeName(), h.cfg.Frames.MaxScopeBytes); err != nil {
+		return failure(req, toWire(err)), nil
+	}
+	ctx := context.Background()
+	switch r := req.(type) {
+	case *messages.AssembleContextPack:
+		return h.assemble(ctx, r), nil
+	case *messages.ResumeActor:
+		return h.resumeActor(ctx, r)
+	case *messages.GetFrame:
+		return h.getFrame(ctx, r), nil
+	case *messages.GetStack:
+		return h.getStack(ctx, r), nil
+	case messages.MutatingRequest:
+		return h.mutate(ctx, r)
+	}
+	return failure(req, messages.Errorf(messages.CodeBadRequest, "unknown request %T", req)), nil
+}
+
+// failure returns req's reply type carrying err (a bare *messages.ContextPack
+// would do for none, but callers type-assert the reply they expect).
+func failure(req messages.Request, err *messages.Error) messages.Reply {
+	var r messages.Reply
+	if req != nil {
+		r = messages.ReplyFor(req)
+	}
+	if r == nil {
+		r = &Undecodable{}
+	}
+	r.SetFailure(err)
+	return r
+}
+
+// Undecodable answers a request the StateIndex could not read at all.
+type Undecodable struct {
+	messages.Result
+}
+
+// load returns the scope's cached state, rebuilding it when cold.
+func (h *handler) load(ctx context.Context, scope string) (*entry, LoadInfo, error) {
+	if e, ok := h.cache.Get(scope); ok {
+		return e, LoadInfo{}, nil
+	}
+	st, info, err := LoadState(ctx, h.store, scope, h.cfg.RequestWindow, h.log)
+	if err != nil {
+		return nil, info, err
+	}
+	e := &entry{st: st, size: estimateState(st), snapVersion: info.SnapshotVersion}
+	h.put(scope, e)
+	return e, info, nil
+}
+
+// LoadInfo says how a scope's state was rebuilt.
+type LoadInfo struct {
+	FromSnapshot    bool
+	SnapshotVersion int64 // 0 without a snapshot
+	Replayed        int64 // events applied after the snapshot
+	Took            time.Duration
+}
+
+// LoadState rebuilds a scope's state from the store: its latest snapshot
+// (if readable, of the current format, and continued by the log) plus the
+// events after it, or a full replay. A log that does not replay — a record
+// that does not decode, an event inconsistent with the state — is an error
+// naming the stream and version. log may be nil.
+func LoadState(ctx context.Context, store eventstore.Store, scope string, window int, log *slog.Logger) (*frames.State, LoadInfo, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	start := time.Now()
+	var info LoadInfo
+	var st *frames.State
+	snap, ok, err := store.LoadSnapshot(ctx, scope)
+	if err != nil {
+		log.Warn("stateindex: snapshot unreadable, replaying the whole stream", "scope", scope, "error", err)
+	} else if ok {
+		s, ok2, err := eventstore.DecodeState(scope, snap)
+		switch {
+		case err != nil:
+			log.Warn("stateindex: snapshot undecodable, replaying the whole stream", "scope", scope, "error", err)
+		case ok2:
+			st, info.FromSnapshot, info.SnapshotVersion = s, true, snap.Version
+		}
+	}
+	if st == nil {
+		st = frames.NewState(scope, window)
+	}
+	err = replay(ctx, store, st, &info)
+	if err != nil && info.FromSnapshot {
+		// A snapshot that the log does not continue is not trusted.
+		log.Warn("stateindex: snapshot inconsistent with log, replaying the whole stream", "scope", scope, "error", err)
+		st, info = frames.NewState(scope, window), LoadInfo{}
+		err = replay(ctx, store, st, &info)
+	}
+	if err != nil {
+		return nil, info, err
+	}
+	info.Took = time.Since(start)
+	return st, info, nil
+}
+
+func replay(ctx context.Context, store eventstore.Store, st *frames.State, info *LoadInfo) error {
+	return store.ReadStream(ctx, st.Scope, st.Version+1, func(r eventstore.Record) error {
+		if r.Version != st.Version+1 {
+			return &eventstore.CorruptionError{Stream: r.Stream, Version: r.Version, Reason: fmt.Sprintf("expected version %d", st.Version+1)}
+		}
+		ev, err := eventstore.DecodeFrameEvent(r)
+		if err != nil {
+			return err
+		}
+		if err := frames.Apply(st, ev); err != nil {
+			return &eventstore.CorruptionError{Stream: r.Stream, Version: r.Version, Reason: err.Error()}
+		}
+		info.Replayed++
+		return nil
+	})
+}
+
+func (h *handler) put(scope string, e *entry) {
+	h.cache.Add(scope, e)
+	h.bytes += e.size
+	h.trim()
+}
+
+// trim evicts least recently used scopes while the cache is over its byte
+// bound, keeping at least the most recent one and every scope with a write
+// in flight.
+func (h *handler) trim() {
+	for tries := h.cache.Len(); h.bytes > h.maxBytes && h.cache.Len() > 1 && tries > 0; tries-- {
+		k, _, _ := h.cache.GetOldest()
+		if h.inFlight[k] > 0 {
+			h.cache.Get(k) // pinned: move it to the front and look further
+			continue
+		}
+		h.cache.RemoveOldest()
+	}
+}
+
+// estimateState approximates a state's memory: what its strings and byte
+// slices hold plus a fixed cost per object.
+func estimateState(st *frames.State) int64 {
+	n := int64(512 + 64*len(st.Requests) + 64*len(st.Tokens))
+	for _, f := range st.Frames {
+		n += 512 + int64(len(f.Goal)+len(f.Inputs))
+		for i := range f.Handles {
+			n += 128 + int64(len(f.Handles[i].Content))
+		}
+		for i := range f.ToolCalls {
+			n += 96 + int64(len(f.ToolCalls[i].Input))
+		}
+		n += int64(96 * len(f.Results))
+	}
+	return n
+}
+
+// requestHash is the digest of a request as sent (its id included: the
+// window is keyed by id, so including it changes nothing).
+func requestHash(req messages.Request) ([]byte, error) {
+	b, err := eventstore.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	return sum[:], nil
+}
+
+// mutate decides a mutating request; the write it returns carries the
+// events to append.
+func (h *handler) mutate(ctx context.Context, req messages.MutatingRequest) (messages.Reply, *write) {
+	m := req.Mut()
+	if m.RequestID == "" {
+		return failure(req, messages.Errorf(messages.CodeInvalidArgument, "request id is required on %T (the Client sets one)", req)), nil
+	}
+	if err := frames.ValidateID("request id", m.RequestID, h.cfg.Frames.MaxIDBytes); err != nil {
+		return failure(req, toWire(err)), nil
+	}
+	hash, err := requestHash(req)
+	if err != nil {
+		return failure(req, messages.Errorf(messages.CodeBadRequest, "request cannot be encoded: %v", err)), nil
+	}
+	e, _, err := h.load(ctx, m.Scope)
+	if err != nil {
+		return failure(req, toWire(err)), nil
+	}
+	st := e.st
+	rec, dup, err := st.CheckRequest(m.RequestID, hash)
+	if err != nil {
+		return failure(req, toWire(err)), nil
+	}
+	if dup {
+		return h.repeat(ctx, req, rec), nil
+	}
+	if m.IfVersion != nil && *m.IfVersion != st.Version {
+		return failure(req, &messages.Error{Code: messages.CodeVersionConflict, Version: st.Version,
+			Message: fmt.Sprintf("scope %q is at version %d, request expected %d", m.Scope, st.Version, *m.IfVersion)}), nil
+	}
+	hdr := frames.Header{RequestID: m.RequestID, RequestHash: hash, Now: h.cfg.Clock().UnixNano(), Reason: m.Reason}
+	cmd, early, err := h.command(st, req, hdr)
+	if err != nil {
+		return failure(req, toWire(err)), nil
+	}
+	if early != nil {
+		return early, nil
+	}
+	evs, err := frames.Decide(h.cfg.Frames, st, cmd)
+	if err != nil {
+		return failure(req, toWire(err)), nil
+	}
+	w, err := h.begin(req, e, evs)
+	if err != nil {
+		return failure(req, toWire(err)), nil
+	}
+	w.reply = func(w *write) (messages.Reply, error) { return h.replyFromEvents(w.req, w.evs, w.e.st.Version) }
+	return nil, w
+}
+
+// begin encodes decided events into a write at the state's version.
+func (h *handler) begin(req messages.Request, e *entry, evs []frames.Event) (*write, error) {
+	w := &write{req: req, e: e, evs: evs, enc: make([]eventstore.Event, len(evs)), expected: e.st.Version}
+	for i, ev := range evs {
+		var err error
+		if w.enc[i], err = eventstore.EncodeFrameEvent(ev); err != nil {
+			return nil, err
+		}
+		w.size += int64(len(w.enc[i].Data)) + 64
+	}
+	h.inFlight[e.st.Scope]++
+	return w, nil
+}
+
+// runAppend makes a write durable. It touches only the write and the store,
+// so it may run on any goroutine.
+func (h *handler) runAppend(w *write) (eventstore.AppendResult, error) {
+	return h.store.Append(context.Background(), w.e.st.Scope, w.expected, w.enc)
+}
+
+// finish applies a write whose append returned, and builds its reply.
+// Nothing in the cached state changes unless the append succeeded.
+func (h *handler) finish(w *write, res eventstore.AppendResult, err error) messages.Reply {
+	st := w.e.st
+	if h.inFlight[st.Scope]--; h.inFlight[st.Scope] <= 0 {
+		delete(h.inFlight, st.Scope)
+	}
+	if cur, ok := h.cache.Peek(st.Scope); !ok || cur != w.e {
+		// Evicted by count while its write was in flight: no other request
+		// of the scope ran meanwhile, so this entry is still the truth.
+		h.put(st.Scope, w.e)
+	}
+	if err != nil {
+		if errors.Is(err, eventstore.ErrConflict) {
+			// Someone else wrote this stream: our state is stale.
+			h.cache.Remove(st.Scope)
+		}
+		return failure(w.req, toWire(err))
+	}
+	for _, ev := range w.evs {
+		if err := frames.Apply(st, ev); err != nil {
+			h.cache.Remove(st.Scope)
+			return failure(w.req, toWire(fmt.Errorf("apply after commit: %w", err)))
+		}
+	}
+	if st.Version != res.LastVersion {
+		h.cache.Remove(st.Scope)
+		return failure(w.req, messages.Errorf(messages.CodeInternal, "scope %q at version %d after an append that ended at %d", st.Scope, st.Version, res.LastVersion))
+	}
+	w.e.size += w.size
+	h.bytes += w.size
+	reply, err := w.reply(w)
+	if err != nil {
+		return failure(w.req, toWire(err))
+	}
+	h.maybeSnapshot(w.e)
+	h.trim()
+	return reply
+}
+
+// maybeSnapshot encodes the scope's state every SnapshotEvery events and
+// saves it in the background: a snapshot only shortens recovery, so no
+// reply waits for it.
+func (h *handler) maybeSnapshot(e *entry) {
+	if e.st.Version-e.snapVersion < h.cfg.SnapshotEvery {
+		return
+	}
+	snap, err := eventstore.EncodeState(e.st)
+	if err != nil {
+		h.log.Warn("stateindex: snapshot encoding failed; recovery will replay more events", "scope", e.st.Scope, "error", err)
+		return
+	}
+	e.snapVersion = e.st.Version
+	scope := e.st.Scope
+	h.snapshots.Add(1)
+	go func() {
+		defer h.snapshots.Done()
+		if err := h.store.SaveSnapshot(context.Background(), scope, snap); err != nil {
+			h.log.Warn("stateindex: snapshot failed; recovery will replay more events", "scope", scope, "version", snap.Version, "error", err)
+		}
+	}()
+}
+
+// errStop ends a bounded stream read.
+var errStop = errors.New("stop")
+
+// repeat answers a request id seen before with the reply the original got,
+// rebuilt from the events it appended.
+func (h *handler) repeat(ctx context.Context, req messages.Request, rec frames.RequestRecord) messages.Reply {
+	var evs []frames.Event
+	err := h.store.ReadStream(ctx, req.ScopeName(), rec.FirstVersion, func(r eventstore.Record) error {
+		if r.Version > rec.LastVersion {
+			return errStop
+		}
+		ev, err := eventstore.DecodeFrameEvent(r)
+		if err != nil {
+			return err
+		}
+		evs = append(evs, ev)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return failure(req, toWire(err))
+	}
+	if int64(len(evs)) != rec.LastVersion-rec.FirstVersion+1 {
+		return failure(req, messages.Errorf(messages.CodeStoreFailed, "events %d..%d of request %q are missing", rec.FirstVersion, rec.LastVersion, rec.ID))
+	}
+	reply, err := h.replyFromEvents(req, evs, rec.LastVersion)
+	if err != nil {
+		return failure(req, toWire(err))
+	}
+	return reply
+}

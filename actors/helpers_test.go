@@ -1,0 +1,121 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/eventstore"
+)
+
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// fakeClock is a test clock: it moves only when told to.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// env is a StateIndex on a bolt file in a temporary directory.
+type env struct {
+	t      *testing.T
+	dir    string
+	path   string
+	store  *eventstore.BoltStore
+	sys    *actor.ActorSystem
+	srv    *actors.Server
+	c      *actors.Client
+	clock  *fakeClock
+	cfg    actors.Config
+	closed bool
+}
+
+func quietSystem() *actor.ActorSystem {
+	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+}
+
+func testConfig(clock *fakeClock) actors.Config {
+	cfg := actors.DefaultConfig()
+	cfg.TokenKey = testKey
+	cfg.Clock = clock.Now
+	cfg.Shards = 4
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return cfg
+}
+
+func newEnv(t *testing.T, tweak ...func(*actors.Config)) *env {
+	t.Helper()
+	dir := t.TempDir()
+	e := &env{t: t, dir: dir, path: filepath.Join(dir, "stateindex.db"), clock: newFakeClock()}
+	e.cfg = testConfig(e.clock)
+	for _, f := range tweak {
+		f(&e.cfg)
+	}
+	e.start()
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *env) start() {
+	e.t.Helper()
+	st, err := eventstore.Open(e.path, &eventstore.Options{NoSync: true})
+	require.NoError(e.t, err)
+	e.store = st
+	e.sys = quietSystem()
+	e.srv, err = actors.Start(e.sys, st, e.cfg)
+	require.NoError(e.t, err)
+	e.c = e.srv.Client()
+	e.closed = false
+}
+
+func (e *env) stop() {
+	if e.closed {
+		return
+	}
+	e.srv.Stop()
+	e.sys.Shutdown()
+	_ = e.store.Close()
+	e.closed = true
+}
+
+// restart simulates a process restart: new actor system, same data file.
+func (e *env) restart() {
+	e.t.Helper()
+	e.stop()
+	e.start()
+}
+
+func (e *env) version(scope string) int64 {
+	e.t.Helper()
+	info, err := e.store.Stream(context.Background(), scope)
+	require.NoError(e.t, err)
+	return info.Version
+}
+
+func (e *env) seq() uint64 {
+	e.t.Helper()
+	s, err := e.store.LastSeq(context.Background())
+	require.NoError(e.t, err)
+	return s
+}
+
+var ctx = context.Background()
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }

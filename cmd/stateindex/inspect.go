@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
+)
+
+func init() {
+	register(command{name: "inspect", summary: "--data DIR [--scope S]   print each scope's frame tree", run: inspect})
+}
+
+func inspect(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("data", "./data", "data directory")
+	scope := fs.String("scope", "", "only this scope")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	store, err := openStore(*dir, false, time.Second)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ctx := context.Background()
+	var scopes []eventstore.StreamInfo
+	if *scope != "" {
+		info, err := store.Stream(ctx, *scope)
+		if err != nil {
+			return err
+		}
+		if info.Version == 0 {
+			return fmt.Errorf("no scope %q in %s", *scope, *dir)
+		}
+		scopes = append(scopes, info)
+	} else if err := store.Streams(ctx, func(i eventstore.StreamInfo) error { scopes = append(scopes, i); return nil }); err != nil {
+		return err
+	}
+	if len(scopes) == 0 {
+		fmt.Fprintln(stdout, "no scopes yet")
+		return nil
+	}
+	for _, info := range scopes {
+		st, _, err := actors.LoadState(ctx, store, info.Stream, 0, nil)
+		if err != nil {
+			return fmt.Errorf("scope %q: %w", info.Stream, err)
+		}
+		printScope(stdout, st)
+	}
+	return nil
+}
+
+func printScope(w io.Writer, st *frames.State) {
+	live := len(st.LiveFrames())
+	fmt.Fprintf(w, "scope %s  version %d  frames %d (%d live)  pending %d\n", st.Scope, st.Version, len(st.Frames), live, len(st.Pending()))
+	var roots []*frames.Frame
+	for _, id := range st.Order {
+		if f := st.Frames[id]; f.ParentID == "" {
+			roots = append(roots, f)
+		}
+	}
+	top := st.TopOfStack()
+	for i, r := range roots {
+		printFrame(w, st, r, "", i == len(roots)-1, top)
+	}
+	fmt.Fprintln(w)
+}
+
+func printFrame(w io.Writer, st *frames.State, f *frames.Frame, indent string, last bool, top *frames.Frame) {
+	branch, next := "├─ ", "│  "
+	if last {
+		branch, next = "└─ ", "   "
+	}
+	marker := ""
+	if f == top {
+		marker = "  ◀ top"
+	}
+	extra := ""
+	if f.Suspension != nil {
+		extra = " (" + string(f.Suspension.Reason)
+		if l := f.Suspension.Limit; l != nil {
+			extra += fmt.Sprintf(": %s %d/%d", l.Code, l.Current, l.Max)
+		}
+		extra += ")"
+	}
+	if n := len(f.InDoubt()); n > 0 {
+		extra += fmt.Sprintf("  %d tool call(s) in doubt", n)
+	}
+	fmt.Fprintf(w, "%s%s%s %-9s depth %d  tokens %d/%d  handles %d%s  %q%s\n", indent, branch, short(f.ID), f.Status, f.Depth,
+		f.Budget.Used, f.Budget.Total, len(f.Handles), extra, clip(f.Goal, 60), marker)
+	for i, id := range f.Children {
+		printFrame(w, st, st.Frames[id], indent+next, i == len(f.Children)-1, top)
+	}
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	i := n - len("…")
+	for i > 0 && s[i]&0xC0 == 0x80 { // back off to a rune boundary
+		i--
+	}
+	return s[:i] + "…"
+}

@@ -1,0 +1,14 @@
+// Package messages is the StateIndex actor protocol: one typed request and
+// one typed reply per operation, as plain structs with explicit msgpack field
+// names so that they cross process boundaries unchanged (package actors/wire
+// wraps them for Proto.Actor remoting).
+//
+// Every reply embeds Result: either its result or an *Error with a stable
+// Code, never nil. errors.Is matches an *Error against the sentinels here by
+// code, also after the error crossed the wire. Every mutating request embeds
+// Mutation with a request id: a repeat returns the original reply and
+// appends nothing.
+//
+// Messages carry no behaviour and are treated as immutable once sent: local
+// delivery shares the pointer.
+package messages

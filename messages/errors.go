@@ -1,0 +1,106 @@
+package messages
+
+import "fmt"
+
+// Code classifies an error reply. Codes are stable wire values.
+type Code string
+
+// Error codes.
+const (
+	CodeInvalidArgument       Code = "invalid_argument"
+	CodeInvalidScope          Code = "invalid_scope"
+	CodeTooLarge              Code = "too_large"
+	CodeFrameNotFound         Code = "frame_not_found"
+	CodeNoActiveFrame         Code = "no_active_frame"
+	CodeDuplicateID           Code = "duplicate_id"
+	CodeMaxDepthExceeded      Code = "max_depth_exceeded"
+	CodeFrameNotLive          Code = "frame_not_live"
+	CodeLiveChildren          Code = "live_children"
+	CodeInsufficientTokens    Code = "insufficient_tokens"
+	CodeLimitExceeded         Code = "limit_exceeded"
+	CodeBudgetTooSmall        Code = "budget_too_small"
+	CodeCriticalExceedsBudget Code = "critical_exceeds_budget"
+	CodeNotSuspended          Code = "not_suspended"
+	CodeNotSuspendable        Code = "not_suspendable"
+	CodeTokenInvalid          Code = "token_invalid"
+	CodeTokenUsed             Code = "token_used"
+	CodeTokenExpired          Code = "token_expired"
+	CodeToolCallNotFound      Code = "tool_call_not_found"
+	CodeToolCallFinished      Code = "tool_call_finished"
+	CodeHandleNotFound        Code = "handle_not_found"
+	CodeTooManyHandles        Code = "too_many_handles"
+	CodeCompactionRefused     Code = "compaction_refused"
+	CodeRequestIDReused       Code = "request_id_reused"
+	CodeVersionConflict       Code = "version_conflict"
+	CodeStoreFailed           Code = "store_failed"
+	CodeUnavailable           Code = "unavailable"
+	CodeBadRequest            Code = "bad_request"
+	CodeInternal              Code = "internal"
+)
+
+// Error is the typed error every reply can carry. It is an error value, so
+// a Client returns it as is; errors.Is matches on Code, so the sentinels
+// below work across processes.
+type Error struct {
+	Code    Code   `msgpack:"c"`
+	Message string `msgpack:"m"`
+	// Needed is set for budget_too_small and critical_exceeds_budget: the
+	// tokens the request would need.
+	Needed int64 `msgpack:"n,omitempty"`
+	// Requested and Available are set for insufficient_tokens.
+	Requested int64 `msgpack:"rq,omitempty"`
+	Available int64 `msgpack:"av,omitempty"`
+	// Version is the scope's current version for version_conflict.
+	Version int64 `msgpack:"v,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "stateindex: " + string(e.Code)
+	}
+	return fmt.Sprintf("stateindex: %s: %s", e.Code, e.Message)
+}
+
+// Is matches another *Error with the same Code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Errorf builds an *Error.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Sentinels for errors.Is: errors.Is(err, messages.ErrFrameNotFound).
+var (
+	ErrInvalidArgument       = &Error{Code: CodeInvalidArgument}
+	ErrInvalidScope          = &Error{Code: CodeInvalidScope}
+	ErrTooLarge              = &Error{Code: CodeTooLarge}
+	ErrFrameNotFound         = &Error{Code: CodeFrameNotFound}
+	ErrNoActiveFrame         = &Error{Code: CodeNoActiveFrame}
+	ErrDuplicateID           = &Error{Code: CodeDuplicateID}
+	ErrMaxDepthExceeded      = &Error{Code: CodeMaxDepthExceeded}
+	ErrFrameNotLive          = &Error{Code: CodeFrameNotLive}
+	ErrLiveChildren          = &Error{Code: CodeLiveChildren}
+	ErrInsufficientTokens    = &Error{Code: CodeInsufficientTokens}
+	ErrLimitExceeded         = &Error{Code: CodeLimitExceeded}
+	ErrBudgetTooSmall        = &Error{Code: CodeBudgetTooSmall}
+	ErrCriticalExceedsBudget = &Error{Code: CodeCriticalExceedsBudget}
+	ErrNotSuspended          = &Error{Code: CodeNotSuspended}
+	ErrNotSuspendable        = &Error{Code: CodeNotSuspendable}
+	ErrTokenInvalid          = &Error{Code: CodeTokenInvalid}
+	ErrTokenUsed             = &Error{Code: CodeTokenUsed}
+	ErrTokenExpired          = &Error{Code: CodeTokenExpired}
+	ErrToolCallNotFound      = &Error{Code: CodeToolCallNotFound}
+	ErrToolCallFinished      = &Error{Code: CodeToolCallFinished}
+	ErrHandleNotFound        = &Error{Code: CodeHandleNotFound}
+	ErrTooManyHandles        = &Error{Code: CodeTooManyHandles}
+	ErrCompactionRefused     = &Error{Code: CodeCompactionRefused}
+	ErrRequestIDReused       = &Error{Code: CodeRequestIDReused}
+	ErrVersionConflict       = &Error{Code: CodeVersionConflict}
+	ErrStoreFailed           = &Error{Code: CodeStoreFailed}
+	ErrUnavailable           = &Error{Code: CodeUnavailable}
+	ErrBadRequest            = &Error{Code: CodeBadRequest}
+	ErrInternal              = &Error{Code: CodeInternal}
+)

@@ -1,0 +1,480 @@
+package messages
+
+import (
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/compaction"
+	"github.com/stateindex/stateindex/frames"
+)
+
+// Request is any StateIndex request. Every request names its scope.
+type Request interface {
+	ScopeName() string
+}
+
+// MutatingRequest is a request that appends events; it carries a Mutation.
+type MutatingRequest interface {
+	Request
+	Mut() *Mutation
+}
+
+// Reply is any StateIndex reply: it carries its result or an *Error.
+type Reply interface {
+	Failure() *Error
+	SetFailure(*Error)
+}
+
+// Mutation is embedded in every mutating request.
+type Mutation struct {
+	Scope string `msgpack:"sc"`
+	// RequestID makes the request idempotent: a repeat with the same id and
+	// the same content returns the original reply and appends nothing. The
+	// Client fills a random one when empty.
+	RequestID string `msgpack:"rq"`
+	// IfVersion, when set, is the scope version the request was decided
+	// against; if the scope has moved on the request fails with
+	// version_conflict instead of applying.
+	IfVersion *int64 `msgpack:"iv,omitempty"`
+	// Reason overrides the checkpoint reason the operation implies.
+	Reason frames.Reason `msgpack:"re,omitempty"`
+}
+
+// ScopeName returns the scope.
+func (m *Mutation) ScopeName() string { return m.Scope }
+
+// Mut returns the mutation header.
+func (m *Mutation) Mut() *Mutation { return m }
+
+// Result is embedded in every reply.
+type Result struct {
+	Err *Error `msgpack:"err,omitempty"`
+	// Version is the scope's version after the operation (for reads: as read).
+	Version int64 `msgpack:"ver"`
+}
+
+// Failure returns the error, or nil on success.
+func (r *Result) Failure() *Error { return r.Err }
+
+// SetFailure sets the error.
+func (r *Result) SetFailure(e *Error) { r.Err = e }
+
+// PushFrame creates a frame: a root when ParentID is empty, else a child
+// whose Budget.Total is allocated from the parent's available tokens.
+type PushFrame struct {
+	Mutation `msgpack:",inline"`
+	ParentID string             `msgpack:"pa,omitempty"`
+	Goal     string             `msgpack:"g"`
+	Inputs   []byte             `msgpack:"in,omitempty"`
+	Budget   budget.TokenBudget `msgpack:"b"`
+	Limits   budget.Limits      `msgpack:"l"`
+}
+
+// PushFrameReply names the new frame.
+type PushFrameReply struct {
+	Result  `msgpack:",inline"`
+	FrameID string             `msgpack:"f"`
+	Depth   int64              `msgpack:"d"`
+	Budget  budget.TokenBudget `msgpack:"b"`
+}
+
+// PopFrame ends a frame (the top of the stack when FrameID is empty).
+type PopFrame struct {
+	Mutation `msgpack:",inline"`
+	FrameID  string        `msgpack:"f,omitempty"`
+	Status   frames.Status `msgpack:"st"`
+	Cascade  bool          `msgpack:"cs,omitempty"`
+}
+
+// PopFrameReply reports how the frame settled with its parent.
+type PopFrameReply struct {
+	Result        `msgpack:",inline"`
+	FrameID       string        `msgpack:"f"`
+	Status        frames.Status `msgpack:"st"`
+	Released      int64         `msgpack:"rl"`
+	ChargedTokens int64         `msgpack:"ck"`
+	// Cancelled lists descendants a cascade cancelled, deepest first.
+	Cancelled []string `msgpack:"cx,omitempty"`
+	// ParentSuspension is set when the child's cost pushed its parent over
+	// a limit: the parent was suspended with this token.
+	ParentSuspension *SuspensionToken `msgpack:"ps,omitempty"`
+}
+
+// UpdateFrame changes a live frame; unset fields stay as they are.
+type UpdateFrame struct {
+	Mutation     `msgpack:",inline"`
+	FrameID      string         `msgpack:"f,omitempty"`
+	Goal         *string        `msgpack:"g,omitempty"`
+	Inputs       []byte         `msgpack:"in,omitempty"`
+	SetInputs    bool           `msgpack:"si,omitempty"`
+	Limits       *budget.Limits `msgpack:"l,omitempty"`
+	ReserveDelta int64          `msgpack:"rd,omitempty"`
+	ContextHash  *string        `msgpack:"hx,omitempty"`
+}
+
+// UpdateFrameReply confirms the update.
+type UpdateFrameReply struct {
+	Result  `msgpack:",inline"`
+	FrameID string `msgpack:"f"`
+}
+
+// AddContextHandle adds a piece of context to a frame. HandleID is minted
+// when empty; Tokens is counted by the server's counter.
+type AddContextHandle struct {
+	Mutation `msgpack:",inline"`
+	FrameID  string              `msgpack:"f,omitempty"`
+	HandleID string              `msgpack:"h,omitempty"`
+	Kind     string              `msgpack:"k,omitempty"`
+	Priority compaction.Priority `msgpack:"p"`
+	Content  string              `msgpack:"c"`
+}
+
+// AddContextHandleReply names the handle and its size.
+type AddContextHandleReply struct {
+	Result   `msgpack:",inline"`
+	FrameID  string `msgpack:"f"`
+	HandleID string `msgpack:"h"`
+	Tokens   int64  `msgpack:"t"`
+}
+
+// AddResult records a result reference on a frame.
+type AddResult struct {
+	Mutation `msgpack:",inline"`
+	FrameID  string `msgpack:"f,omitempty"`
+	ResultID string `msgpack:"r,omitempty"`
+	Kind     string `msgpack:"k"`
+	Ref      string `msgpack:"ref"`
+	Summary  string `msgpack:"s,omitempty"`
+}
+
+// AddResultReply names the result.
+type AddResultReply struct {
+	Result   `msgpack:",inline"`
+	FrameID  string `msgpack:"f"`
+	ResultID string `msgpack:"r"`
+}
+
+// RecordUsage adds consumption to a frame. Crossing a limit does not fail
+// the request: the usage is recorded and the frame suspended (Suspension).
+type RecordUsage struct {
+	Mutation `msgpack:",inline"`
+	FrameID  string      `msgpack:"f,omitempty"`
+	Cost     budget.Cost `msgpack:"c"`
+}
+
+// RecordUsageReply says whether the usage suspended the frame.
+type RecordUsageReply struct {
+	Result     `msgpack:",inline"`
+	FrameID    string           `msgpack:"f"`
+	Suspension *SuspensionToken `msgpack:"s,omitempty"`
+}
+
+// StartToolCall journals a tool call before it is dispatched. CallID is
+// minted when empty.
+type StartToolCall struct {
+	Mutation `msgpack:",inline"`
+	FrameID  string `msgpack:"f,omitempty"`
+	CallID   string `msgpack:"id,omitempty"`
+	Name     string `msgpack:"n"`
+	Input    []byte `msgpack:"in,omitempty"`
+}
+
+// StartToolCallReply names the call.
+type StartToolCallReply struct {
+	Result  `msgpack:",inline"`
+	FrameID string `msgpack:"f"`
+	CallID  string `msgpack:"id"`
+}
+
+// FinishToolCall records a started call's output. The call and its output
+// become two context handles that compaction keeps together.
+type FinishToolCall struct {
+	Mutation `msgpack:",inline"`
+	FrameID  string `msgpack:"f,omitempty"`
+	CallID   string `msgpack:"id"`
+	// Call is the call's context text; empty means "name(input)".
+	Call     string              `msgpack:"cl,omitempty"`
+	Output   string              `msgpack:"o"`
+	IsError  bool                `msgpack:"e,omitempty"`
+	Priority compaction.Priority `msgpack:"p,omitempty"` // default Medium
+}
+
+// FinishToolCallReply names the two handles.
+type FinishToolCallReply struct {
+	Result         `msgpack:",inline"`
+	FrameID        string `msgpack:"f"`
+	CallID         string `msgpack:"id"`
+	CallHandleID   string `msgpack:"ch"`
+	ResultHandleID string `msgpack:"rh"`
+	Tokens         int64  `msgpack:"t"`
+}
+
+// AssembleContextPack asks for a frame's context fitted to a token budget.
+type AssembleContextPack struct {
+	Scope          string           `msgpack:"sc"`
+	FrameID        string           `msgpack:"f,omitempty"`
+	BudgetTokens   int64            `msgpack:"b"`
+	Role           string           `msgpack:"r,omitempty"`
+	IncludeHandles []string         `msgpack:"ih,omitempty"`
+	ExcludeHandles []string         `msgpack:"xh,omitempty"`
+	MinCompaction  compaction.Level `msgpack:"mc,omitempty"`
+}
+
+// ScopeName returns the scope.
+func (r *AssembleContextPack) ScopeName() string { return r.Scope }
+
+// Breadcrumb is one ancestor of the packed frame, root first.
+type Breadcrumb struct {
+	FrameID string        `msgpack:"f"`
+	Depth   int64         `msgpack:"d"`
+	Status  frames.Status `msgpack:"st"`
+	Text    string        `msgpack:"t"` // what is emitted and counted
+}
+
+// Segment is one piece of context in a pack.
+type Segment struct {
+	HandleID string              `msgpack:"h"`
+	Kind     string              `msgpack:"k"`
+	Priority compaction.Priority `msgpack:"p"`
+	Content  string              `msgpack:"c"`
+	Tokens   int64               `msgpack:"t"`
+	Group    string              `msgpack:"g,omitempty"`
+	// Covers is set on a summary segment: the handles it stands for.
+	Covers []string `msgpack:"cv,omitempty"`
+}
+
+// TokenBreakdown splits a pack's tokens by part.
+type TokenBreakdown struct {
+	Brief       int64 `msgpack:"b"`
+	Breadcrumbs int64 `msgpack:"c"`
+	Segments    int64 `msgpack:"s"`
+}
+
+// TokenSummary accounts for a pack: Used never exceeds Budget under the
+// counter the pack was built with.
+type TokenSummary struct {
+	Budget          int64            `msgpack:"b"`
+	Used            int64            `msgpack:"u"`
+	Remaining       int64            `msgpack:"r"`
+	Breakdown       TokenBreakdown   `msgpack:"bd"`
+	CompactionLevel compaction.Level `msgpack:"l"`
+}
+
+// PackMetadata identifies what a pack was built from.
+type PackMetadata struct {
+	Scope       string `msgpack:"sc"`
+	FrameID     string `msgpack:"f"`
+	AssembledAt int64  `msgpack:"at"`
+	Counter     string `msgpack:"cn"`
+}
+
+// ContextPack is a frame's context fitted to a budget.
+type ContextPack struct {
+	Result       `msgpack:",inline"`
+	Metadata     PackMetadata `msgpack:"md"`
+	BriefContext string       `msgpack:"bc"`
+	Breadcrumbs  []Breadcrumb `msgpack:"cr"`
+	Segments     []Segment    `msgpack:"sg"`
+	TokenSummary TokenSummary `msgpack:"ts"`
+	// Dropped lists handles left out of the pack; Summarized those a
+	// summary segment stands for.
+	Dropped    []string `msgpack:"dr,omitempty"`
+	Summarized []string `msgpack:"sm,omitempty"`
+}
+
+// SuspendFrame pauses a frame and returns a signed, single-use token.
+type SuspendFrame struct {
+	Mutation `msgpack:",inline"`
+	FrameID  string               `msgpack:"f,omitempty"`
+	Reason   frames.SuspendReason `msgpack:"r"`
+	Note     string               `msgpack:"n,omitempty"`
+	// TTLMillis is how long the token stays valid; 0 means the server's
+	// default, and the server caps it.
+	TTLMillis int64 `msgpack:"ttl,omitempty"`
+}
+
+// SuspensionToken is the opaque, signed token a suspended frame resumes with.
+type SuspensionToken struct {
+	Result      `msgpack:",inline"`
+	Token       string               `msgpack:"tk"`
+	TokenID     string               `msgpack:"id"`
+	Scope       string               `msgpack:"sc"`
+	FrameID     string               `msgpack:"f"`
+	Reason      frames.SuspendReason `msgpack:"r"`
+	SuspendedAt int64                `msgpack:"at"`
+	ExpiresAt   int64                `msgpack:"x"`
+	Limit       *budget.Violation    `msgpack:"l,omitempty"`
+}
+
+// ResumeFrame resumes a suspended frame with its token.
+type ResumeFrame struct {
+	Mutation `msgpack:",inline"`
+	Token    string `msgpack:"tk"`
+}
+
+// ResumeFrameReply names the resumed frame.
+type ResumeFrameReply struct {
+	Result  `msgpack:",inline"`
+	FrameID string `msgpack:"f"`
+}
+
+// Strategy names a compaction strategy for CompactContext.
+type Strategy struct {
+	// Kind is priority_based, summarize_oldest, truncate_at or custom.
+	Kind         string `msgpack:"k"`
+	KeepRecent   int    `msgpack:"kr,omitempty"` // summarize_oldest
+	MessageCount int    `msgpack:"mc,omitempty"` // truncate_at
+	Custom       string `msgpack:"cu,omitempty"` // custom: a name registered on the server
+}
+
+// Strategy kinds.
+const (
+	StrategyPriorityBased   = "priority_based"
+	StrategySummarizeOldest = "summarize_oldest"
+	StrategyTruncateAt      = "truncate_at"
+	StrategyCustom          = "custom"
+)
+
+// CompactContext permanently compacts a frame's live context toward
+// TargetTokens. Removed handles stay readable in the log.
+type CompactContext struct {
+	Mutation     `msgpack:",inline"`
+	FrameID      string   `msgpack:"f,omitempty"`
+	TargetTokens int64    `msgpack:"t"`
+	Strategy     Strategy `msgpack:"s"`
+}
+
+// CompactionResult reports what a compaction did.
+type CompactionResult struct {
+	Result          `msgpack:",inline"`
+	FrameID         string           `msgpack:"f"`
+	OriginalTokens  int64            `msgpack:"ot"`
+	FinalTokens     int64            `msgpack:"ft"`
+	Level           compaction.Level `msgpack:"l"`
+	ItemsRemoved    int              `msgpack:"ir"`
+	ItemsSummarized int              `msgpack:"is"`
+	Removed         []string         `msgpack:"rm,omitempty"`
+	SummaryID       string           `msgpack:"su,omitempty"`
+}
+
+// ResumeActor recovers a scope, typically from an actor's Started handler.
+// On a scope with no events it returns an empty state and writes nothing;
+// otherwise it appends actor.resumed. A repeat of RequestID appends nothing
+// and returns the current state.
+type ResumeActor struct {
+	Scope     string `msgpack:"sc"`
+	RequestID string `msgpack:"rq"`
+}
+
+// ScopeName returns the scope.
+func (r *ResumeActor) ScopeName() string { return r.Scope }
+
+// FrameSummary is a frame without its context content.
+type FrameSummary struct {
+	ID            string             `msgpack:"id"`
+	ParentID      string             `msgpack:"pa,omitempty"`
+	Goal          string             `msgpack:"g"`
+	Status        frames.Status      `msgpack:"st"`
+	Depth         int64              `msgpack:"d"`
+	Budget        budget.TokenBudget `msgpack:"b"`
+	Limits        budget.Limits      `msgpack:"l"`
+	Cost          budget.Cost        `msgpack:"c"`
+	Handles       int                `msgpack:"h"`
+	ContextTokens int64              `msgpack:"ct"`
+	Results       int                `msgpack:"r"`
+	Children      []string           `msgpack:"ch,omitempty"`
+	InDoubt       []frames.ToolCall  `msgpack:"id2,omitempty"`
+	Suspension    *frames.Suspension `msgpack:"su,omitempty"`
+	CreatedAt     int64              `msgpack:"at"`
+	CompletedAt   int64              `msgpack:"ca,omitempty"`
+}
+
+// RecoverySummary says what recovery found and what it cost.
+type RecoverySummary struct {
+	FramesRecovered  int    `msgpack:"fr"`
+	PendingWorkItems int    `msgpack:"pw"`
+	LastEventSeq     uint64 `msgpack:"ls"`
+	// RecoveryMicros is the time to load the scope (snapshot plus tail) and
+	// build this reply.
+	RecoveryMicros int64 `msgpack:"us"`
+	FromSnapshot   bool  `msgpack:"sn"`
+	EventsReplayed int64 `msgpack:"er"`
+}
+
+// ActorResumeState is what an actor needs to continue after a restart.
+type ActorResumeState struct {
+	Result       `msgpack:",inline"`
+	CurrentFrame *FrameSummary        `msgpack:"cf,omitempty"`
+	FrameStack   []FrameSummary       `msgpack:"fs,omitempty"` // root → current
+	LiveFrames   []FrameSummary       `msgpack:"lf,omitempty"` // every live frame, push order
+	PendingWork  []frames.PendingWork `msgpack:"pw,omitempty"`
+	Recovery     RecoverySummary      `msgpack:"rs"`
+}
+
+// GetFrame reads one frame; WithHandles includes its context handles.
+type GetFrame struct {
+	Scope       string `msgpack:"sc"`
+	FrameID     string `msgpack:"f,omitempty"`
+	WithHandles bool   `msgpack:"wh,omitempty"`
+}
+
+// ScopeName returns the scope.
+func (r *GetFrame) ScopeName() string { return r.Scope }
+
+// GetFrameReply carries the frame (a copy).
+type GetFrameReply struct {
+	Result `msgpack:",inline"`
+	Frame  *frames.Frame `msgpack:"fr,omitempty"`
+}
+
+// GetStack reads the path root → frame (the top of the stack when FrameID
+// is empty).
+type GetStack struct {
+	Scope   string `msgpack:"sc"`
+	FrameID string `msgpack:"f,omitempty"`
+}
+
+// ScopeName returns the scope.
+func (r *GetStack) ScopeName() string { return r.Scope }
+
+// GetStackReply carries the stack, root first.
+type GetStackReply struct {
+	Result `msgpack:",inline"`
+	Frames []FrameSummary `msgpack:"fs,omitempty"`
+}
+
+// ReplyFor returns an empty reply of the type that answers req, or nil for
+// an unknown request.
+func ReplyFor(req Request) Reply {
+	switch req.(type) {
+	case *PushFrame:
+		return &PushFrameReply{}
+	case *PopFrame:
+		return &PopFrameReply{}
+	case *UpdateFrame:
+		return &UpdateFrameReply{}
+	case *AddContextHandle:
+		return &AddContextHandleReply{}
+	case *AddResult:
+		return &AddResultReply{}
+	case *RecordUsage:
+		return &RecordUsageReply{}
+	case *StartToolCall:
+		return &StartToolCallReply{}
+	case *FinishToolCall:
+		return &FinishToolCallReply{}
+	case *AssembleContextPack:
+		return &ContextPack{}
+	case *SuspendFrame:
+		return &SuspensionToken{}
+	case *ResumeFrame:
+		return &ResumeFrameReply{}
+	case *CompactContext:
+		return &CompactionResult{}
+	case *ResumeActor:
+		return &ActorResumeState{}
+	case *GetFrame:
+		return &GetFrameReply{}
+	case *GetStack:
+		return &GetStackReply{}
+	}
+	return nil
+}

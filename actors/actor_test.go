@@ -14,6 +14,7 @@ import (
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/compaction"
+	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/messages"
 )
@@ -312,4 +313,45 @@ func TestErrorsAreTyped(t *testing.T) {
 	assert.True(t, errors.Is(err, actors.ErrFrameNotFound))
 	assert.False(t, errors.Is(err, actors.ErrTokenUsed))
 	assert.True(t, strings.HasPrefix(err.Error(), "stateindex: frame_not_found"))
+}
+
+// CompactContext records frame.compacted with what it removed and the
+// summary it added; the removed content is still in the log.
+func TestCompactionKeepsRemovedContentInTheLog(t *testing.T) {
+	e := newEnv(t)
+	c := e.c
+	root := push(t, c, "s", "", 100_000)
+	var ids []string
+	for i := 0; i < 20; i++ {
+		ids = append(ids, addHandle(t, c, "s", root, compaction.Medium, fmt.Sprintf("Step %d wrote /tmp/out-%d.json with 42 rows. Then it rested.", i, i)))
+	}
+	r, err := c.CompactContext(ctx, &messages.CompactContext{Mutation: mut("s"), FrameID: root, TargetTokens: 150,
+		Strategy: messages.Strategy{Kind: messages.StrategySummarizeOldest, KeepRecent: 5}})
+	require.NoError(t, err)
+	require.NotEmpty(t, r.SummaryID)
+	assert.Equal(t, ids[:15], r.Removed, "the 15 oldest were summarized")
+	assert.Less(t, r.FinalTokens, r.OriginalTokens)
+
+	g := e.readFrame("s")
+	sum := g.Frame.Handle(r.SummaryID)
+	require.NotNil(t, sum)
+	assert.Equal(t, ids[:15], sum.Covers)
+	assert.Contains(t, sum.Content, "/tmp/out-14.json with 42 rows", "exact facts survive verbatim")
+	assert.Nil(t, g.Frame.Handle(ids[0]))
+
+	// The log still holds the removed handle's content and the compaction.
+	var found, compacted bool
+	require.NoError(t, e.store.ReadStream(ctx, "s", 1, func(rec eventstore.Record) error {
+		ev, err := eventstore.DecodeFrameEvent(rec)
+		require.NoError(t, err)
+		switch x := ev.(type) {
+		case *frames.HandleAdded:
+			found = found || (x.Handle.ID == ids[0] && strings.Contains(x.Handle.Content, "/tmp/out-0.json"))
+		case *frames.FrameCompacted:
+			compacted = assert.Equal(t, ids[:15], x.Removed) && x.Summary != nil && x.Summary.ID == r.SummaryID
+		}
+		return nil
+	}))
+	assert.True(t, found, "removed content readable from the log")
+	assert.True(t, compacted)
 }

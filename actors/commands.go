@@ -29,13 +29,14 @@ func (h *handler) mint(now int64, ttl time.Duration) frames.Mint {
 	return frames.Mint{TokenID: h.cfg.NewID(), ExpiresAt: now + int64(ttl)}
 }
 
-// count measures content under the server's counter, refusing oversized
-// content before a tokenizer ever sees it.
-func (h *handler) count(what, content string) (int64, error) {
+// count measures content under the server's counter — as is and after
+// whitespace normalization, so that packs need not rescan it — refusing
+// oversized content before a tokenizer ever sees it.
+func (h *handler) count(what, content string) (tokens, light int64, err error) {
 	if len(content) > h.cfg.Frames.MaxContentBytes {
-		return 0, fmt.Errorf("%w: %s is %d bytes, limit %d", frames.ErrTooLarge, what, len(content), h.cfg.Frames.MaxContentBytes)
+		return 0, 0, fmt.Errorf("%w: %s is %d bytes, limit %d", frames.ErrTooLarge, what, len(content), h.cfg.Frames.MaxContentBytes)
 	}
-	return h.cfg.Counter.Count(content), nil
+	return h.cfg.Counter.Count(content), compaction.LightTokens(content, h.cfg.Counter), nil
 }
 
 // command translates a request into a domain command, minting ids and
@@ -57,7 +58,7 @@ func (h *handler) command(st *frames.State, req messages.MutatingRequest, hdr fr
 		if err != nil {
 			return nil, nil, err
 		}
-		tokens, err := h.count("content", r.Content)
+		tokens, light, err := h.count("content", r.Content)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -69,7 +70,7 @@ func (h *handler) command(st *frames.State, req messages.MutatingRequest, hdr fr
 			kind = "text"
 		}
 		return &frames.AddContextHandle{Header: hdr, FrameID: id, Handle: frames.ContextHandle{
-			ID: hid, Kind: kind, Priority: r.Priority, Content: r.Content, Tokens: tokens}}, nil, nil
+			ID: hid, Kind: kind, Priority: r.Priority, Content: r.Content, Tokens: tokens, LightTokens: light}}, nil, nil
 	case *messages.AddResult:
 		id, err := resolveFrame(st, r.FrameID)
 		rid := r.ResultID
@@ -122,11 +123,11 @@ func (h *handler) finishTool(st *frames.State, r *messages.FinishToolCall, hdr f
 			}
 		}
 	}
-	ct, err := h.count("tool call", call)
+	ct, cl, err := h.count("tool call", call)
 	if err != nil {
 		return nil, nil, err
 	}
-	rt, err := h.count("tool output", r.Output)
+	rt, rl, err := h.count("tool output", r.Output)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -135,8 +136,8 @@ func (h *handler) finishTool(st *frames.State, r *messages.FinishToolCall, hdr f
 		prio = compaction.Medium
 	}
 	return &frames.FinishToolCall{Header: hdr, FrameID: id, CallID: r.CallID, IsError: r.IsError,
-		CallHandle:   frames.ContextHandle{ID: h.cfg.NewID(), Kind: "tool_call", Priority: prio, Content: call, Tokens: ct},
-		ResultHandle: frames.ContextHandle{ID: h.cfg.NewID(), Kind: "tool_result", Priority: prio, Content: r.Output, Tokens: rt},
+		CallHandle:   frames.ContextHandle{ID: h.cfg.NewID(), Kind: "tool_call", Priority: prio, Content: call, Tokens: ct, LightTokens: cl},
+		ResultHandle: frames.ContextHandle{ID: h.cfg.NewID(), Kind: "tool_result", Priority: prio, Content: r.Output, Tokens: rt, LightTokens: rl},
 	}, nil, nil
 }
 
@@ -181,7 +182,7 @@ func (h *handler) compact(st *frames.State, r *messages.CompactContext, hdr fram
 	if err != nil {
 		return nil, nil, err
 	}
-	items := handleItems(f.Handles, nil, nil)
+	items := handleItems(nil, f.Handles, nil, nil)
 	res, err := compaction.Compact(items, r.TargetTokens, strat, compaction.Options{
 		SummaryID: h.cfg.NewID(), Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer})
 	if err != nil {
@@ -197,23 +198,24 @@ func (h *handler) compact(st *frames.State, r *messages.CompactContext, hdr fram
 		if !prio.Valid() {
 			prio = compaction.Low
 		}
-		sum = &frames.ContextHandle{ID: s.ID, Kind: "summary", Priority: prio, Content: s.Content, Tokens: s.Tokens, Covers: s.Covers}
+		sum = &frames.ContextHandle{ID: s.ID, Kind: "summary", Priority: prio, Content: s.Content, Tokens: s.Tokens,
+			LightTokens: compaction.LightTokens(s.Content, h.cfg.Counter), Covers: s.Covers}
 	}
 	return &frames.CompactContext{Header: hdr, FrameID: id, Strategy: strat.Name(), Removed: res.Removed, Summary: sum,
 		OriginalTokens: res.OriginalTokens, FinalTokens: res.FinalTokens, Level: res.Level}, nil, nil
 }
 
-// handleItems turns a frame's handles into compaction items; include marks
-// mandatory handles and exclude leaves handles out.
-func handleItems(hs []frames.ContextHandle, include, exclude map[string]bool) []compaction.Item {
-	items := make([]compaction.Item, 0, len(hs))
+// handleItems appends a frame's handles to buf as compaction items; include
+// marks mandatory handles and exclude leaves handles out.
+func handleItems(buf []compaction.Item, hs []frames.ContextHandle, include, exclude map[string]bool) []compaction.Item {
+	items := buf[:0]
 	for i := range hs {
 		hd := &hs[i]
 		if exclude[hd.ID] {
 			continue
 		}
 		items = append(items, compaction.Item{ID: hd.ID, Kind: hd.Kind, Priority: hd.Priority, Content: hd.Content,
-			Seq: hd.Seq, Group: hd.Group, Mandatory: include[hd.ID], Covers: hd.Covers, Tokens: hd.Tokens})
+			Seq: hd.Seq, Group: hd.Group, Mandatory: include[hd.ID], Covers: hd.Covers, Tokens: hd.Tokens, LightTokens: hd.LightTokens})
 	}
 	return items
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/messages"
@@ -30,6 +31,9 @@ type handler struct {
 	// inFlight counts, per scope, writes begun and not yet finished; such a
 	// scope is never evicted.
 	inFlight map[string]int
+	// fitter and items are reused by every pack this shard assembles.
+	fitter compaction.Fitter
+	items  []compaction.Item
 }
 
 // entry is a cached scope.
@@ -37,6 +41,8 @@ type entry struct {
 	st          *frames.State
 	size        int64 // approximate bytes
 	snapVersion int64 // version of the latest snapshot written or loaded
+	snapBytes   int64 // its encoded size
+	sinceSnap   int64 // encoded bytes of the events appended since
 }
 
 func newHandler(cfg Config, store eventstore.Store, cacheScopes int, cacheBytes int64) (*handler, error) {
@@ -125,7 +131,7 @@ func (h *handler) load(ctx context.Context, scope string) (*entry, LoadInfo, err
 	if err != nil {
 		return nil, info, err
 	}
-	e := &entry{st: st, size: estimateState(st), snapVersion: info.SnapshotVersion}
+	e := &entry{st: st, size: estimateState(st), snapVersion: info.SnapshotVersion, snapBytes: info.SnapshotBytes, sinceSnap: info.ReplayedBytes}
 	h.put(scope, e)
 	return e, info, nil
 }
@@ -134,7 +140,9 @@ func (h *handler) load(ctx context.Context, scope string) (*entry, LoadInfo, err
 type LoadInfo struct {
 	FromSnapshot    bool
 	SnapshotVersion int64 // 0 without a snapshot
+	SnapshotBytes   int64 // the snapshot's encoded size
 	Replayed        int64 // events applied after the snapshot
+	ReplayedBytes   int64 // their encoded payload bytes
 	Took            time.Duration
 }
 
@@ -159,7 +167,7 @@ func LoadState(ctx context.Context, store eventstore.Store, scope string, window
 		case err != nil:
 			log.Warn("stateindex: snapshot undecodable, replaying the whole stream", "scope", scope, "error", err)
 		case ok2:
-			st, info.FromSnapshot, info.SnapshotVersion = s, true, snap.Version
+			st, info.FromSnapshot, info.SnapshotVersion, info.SnapshotBytes = s, true, snap.Version, int64(len(snap.Data))
 		}
 	}
 	if st == nil {
@@ -192,6 +200,7 @@ func replay(ctx context.Context, store eventstore.Store, st *frames.State, info 
 			return &eventstore.CorruptionError{Stream: r.Stream, Version: r.Version, Reason: err.Error()}
 		}
 		info.Replayed++
+		info.ReplayedBytes += int64(len(r.Data))
 		return nil
 	})
 }
@@ -344,6 +353,7 @@ func (h *handler) finish(w *write, res eventstore.AppendResult, err error) messa
 		return failure(w.req, messages.Errorf(messages.CodeInternal, "scope %q at version %d after an append that ended at %d", st.Scope, st.Version, res.LastVersion))
 	}
 	w.e.size += w.size
+	w.e.sinceSnap += w.size
 	h.bytes += w.size
 	reply, err := w.reply(w)
 	if err != nil {
@@ -354,11 +364,15 @@ func (h *handler) finish(w *write, res eventstore.AppendResult, err error) messa
 	return reply
 }
 
-// maybeSnapshot encodes the scope's state every SnapshotEvery events and
-// saves it in the background: a snapshot only shortens recovery, so no
-// reply waits for it.
+// maybeSnapshot snapshots a scope once at least SnapshotEvery events and
+// at least half the last snapshot's size in event bytes were appended since
+// the last one. The second rule keeps a scope whose state keeps growing from
+// rewriting its whole state every SnapshotEvery events (quadratic in its
+// history); recovery still reads at most about one and a half snapshots'
+// worth. The snapshot is saved in the background: it only shortens
+// recovery, so no reply waits for it.
 func (h *handler) maybeSnapshot(e *entry) {
-	if e.st.Version-e.snapVersion < h.cfg.SnapshotEvery {
+	if e.st.Version-e.snapVersion < h.cfg.SnapshotEvery || e.sinceSnap < e.snapBytes/2 {
 		return
 	}
 	snap, err := eventstore.EncodeState(e.st)
@@ -366,7 +380,7 @@ func (h *handler) maybeSnapshot(e *entry) {
 		h.log.Warn("stateindex: snapshot encoding failed; recovery will replay more events", "scope", e.st.Scope, "error", err)
 		return
 	}
-	e.snapVersion = e.st.Version
+	e.snapVersion, e.snapBytes, e.sinceSnap = e.st.Version, int64(len(snap.Data)), 0
 	scope := e.st.Scope
 	h.snapshots.Add(1)
 	go func() {

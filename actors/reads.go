@@ -220,8 +220,11 @@ func (h *handler) assemble(ctx context.Context, r *messages.AssembleContextPack)
 			Message: fmt.Sprintf("brief context and breadcrumb need %d tokens, budget is %d", briefTokens+crumbTotal, r.BudgetTokens)})
 	}
 
-	items := handleItems(f.Handles, include, exclude)
-	fit, err := compaction.Fit(items, room, compaction.FitOptions{Counter: c, Summarizer: h.cfg.Summarizer, MinLevel: r.MinCompaction})
+	// The items buffer and the fitter are the shard's, reused across packs;
+	// handle ids are unique per frame (frames refuses duplicates), so the
+	// fitter need not check them again.
+	h.items = handleItems(h.items, f.Handles, include, exclude)
+	fit, err := h.fitter.Fit(h.items, room, compaction.FitOptions{Counter: c, Summarizer: h.cfg.Summarizer, MinLevel: r.MinCompaction, TrustIDs: true})
 	if err != nil {
 		var coe *compaction.CriticalOverflowError
 		if errors.As(err, &coe) {
@@ -235,6 +238,7 @@ func (h *handler) assemble(ctx context.Context, r *messages.AssembleContextPack)
 	if used > r.BudgetTokens {
 		return failure(r, messages.Errorf(messages.CodeInternal, "pack of %d tokens over budget %d", used, r.BudgetTokens))
 	}
+	defer clear(h.items) // drop references to contents until the next pack
 	segs := make([]messages.Segment, len(fit.Items))
 	for i, it := range fit.Items {
 		segs[i] = messages.Segment{HandleID: it.ID, Kind: it.Kind, Priority: it.Priority, Content: it.Content,

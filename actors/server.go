@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"hash/fnv"
 	"time"
@@ -170,10 +171,14 @@ func (s *shard) process(c actor.Context, req messages.Request, sender *actor.PID
 	}
 	s.waiting[req.ScopeName()] = nil
 	self, root := c.Self(), c.ActorSystem().Root
-	go func() {
-		res, err := s.h.runAppend(w)
+	done := func(res eventstore.AppendResult, err error) {
 		root.Send(self, &committed{w: w, sender: sender, res: res, err: err})
-	}()
+	}
+	if a, ok := s.h.store.(eventstore.AsyncAppender); ok {
+		a.AppendAsync(context.Background(), w.e.st.Scope, w.expected, w.enc, done)
+	} else {
+		go func() { done(s.h.runAppend(w)) }()
+	}
 	return true
 }
 

@@ -41,10 +41,13 @@
 //
 // A pack is assembled on every request, so Fit is written to touch each
 // content as little as possible: counts are taken once (or trusted from
-// Item.Tokens), Light and the Extractive summarizer scan bytes eight at a
+// Item.Tokens and Item.LightTokens, which the shell records when a handle
+// is added), Light and the Extractive summarizer scan bytes eight at a
 // time and stop once the budget is decided, and work grows with what is
-// emitted rather than with what is left out. See the benchmarks in
-// bench_test.go.
+// emitted rather than with what is left out: past one light pass over the
+// items, a pack costs what it keeps and summarizes. A Fitter keeps its
+// working memory between calls, so that the garbage collector sees little
+// more than the results. See the benchmarks in bench_test.go.
 //
 // # Caveats
 //
@@ -55,6 +58,16 @@
 //
 // Item.Tokens, when set, is trusted to be Count(Content) under the counter
 // in use; a wrong value makes FitResult.Tokens disagree with a recount.
+// Item.LightTokens is trusted only until checked: Fit recounts what it
+// emits and starts over without it on a disagreement, so a wrong value
+// costs time, not the budget. A wrong LightTokens on a content long enough
+// to be abbreviated may still misstate the "N tokens elided" of its marker
+// (the abbreviated content is counted exactly). FitOptions.TrustIDs turns
+// the duplicate id check off.
+//
+// When the pack is the input unchanged, FitResult.Items is the input slice
+// itself, and a summary's Covers lists ids from the input: results share
+// memory with the input, never with a Fitter.
 //
 // Light and the summarizer treat only ASCII whitespace as whitespace, and
 // sentence and fact detection are ASCII heuristics: a fact written only in

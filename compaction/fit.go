@@ -1,6 +1,8 @@
 package compaction
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -12,7 +14,13 @@ const (
 	DefaultKeepRecent     = 10
 	DefaultAbbreviateOver = 512
 	DefaultPackSummaryID  = "pack-summary"
+	DefaultSummaryShare   = 0.25
 )
+
+// MinSummaryReserve is the least room, in tokens, Moderate sets aside for
+// its summary (when the kept units leave that much): a summary of a few
+// dozen tokens would name too few facts to be worth its header.
+const MinSummaryReserve = 256
 
 // FitOptions tunes Fit. The zero value means defaults.
 type FitOptions struct {
@@ -22,8 +30,8 @@ type FitOptions struct {
 	// Summarizer writes the Moderate level's summary; nil means Extractive.
 	Summarizer Summarizer
 
-	// KeepRecent is how many of the newest units Moderate leaves out of the
-	// summary; 0 means DefaultKeepRecent.
+	// KeepRecent is how many of the newest units Moderate keeps verbatim
+	// whatever happens; 0 means DefaultKeepRecent.
 	KeepRecent int
 
 	// MinLevel is the first level tried (a request's min_compaction).
@@ -38,6 +46,24 @@ type FitOptions struct {
 	// DefaultPackSummaryID. If an input item already has it, "-2", "-3", …
 	// is appended until it is free.
 	SummaryID string
+
+	// TrustIDs skips the check that ids are distinct, for a caller that
+	// guarantees it (the frames core refuses a duplicate handle id when
+	// the handle is added): on large frames the check is the largest part
+	// of Fit's cost that does not depend on what is emitted. Empty ids are
+	// still refused. If ids do repeat, the pack repeats them too, and
+	// Dropped or Summarized may name an id that is also emitted; the budget
+	// and the other promises hold.
+	TrustIDs bool
+
+	// SummaryShare is the share of the budget Moderate reserves for its
+	// summary, in (0, 1]: the reserve is SummaryShare×budget tokens (rounded
+	// down), at least MinSummaryReserve, at most what the units kept
+	// regardless leave. The rest goes to recent units kept verbatim. 0 means
+	// DefaultSummaryShare. A larger share covers old content in more detail
+	// and keeps less of the recent conversation word for word; the cost of
+	// a Moderate pack grows with the summary, not with what it covers.
+	SummaryShare float64
 }
 
 func (o FitOptions) withDefaults() (FitOptions, error) {
@@ -59,6 +85,12 @@ func (o FitOptions) withDefaults() (FitOptions, error) {
 	case o.AbbreviateOver == 0:
 		o.AbbreviateOver = DefaultAbbreviateOver
 	}
+	switch {
+	case !(o.SummaryShare >= 0 && o.SummaryShare <= 1): // NaN too
+		return o, fmt.Errorf("%w: SummaryShare %v", ErrInvalidOption, o.SummaryShare)
+	case o.SummaryShare == 0:
+		o.SummaryShare = DefaultSummaryShare
+	}
 	if !o.MinLevel.Valid() {
 		return o, fmt.Errorf("%w: MinLevel %v", ErrInvalidLevel, o.MinLevel)
 	}
@@ -77,7 +109,10 @@ type FitResult struct {
 	// covers ended: after the kept units no newer than its Seq (the newest
 	// Seq it covers). Priority decides what is kept, not where it goes: a
 	// prompt reads as the conversation happened. Every item's Tokens is its
-	// emitted content's count.
+	// emitted content's count. Items share their strings with the input;
+	// when the pack is the input itself (LevelNone, every Tokens set,
+	// already in this order) Items is the input slice, capacity capped,
+	// not a copy: treat it as read-only.
 	Items []Item
 
 	// Level is the level at which everything chosen fit.
@@ -107,14 +142,21 @@ type FitResult struct {
 //
 //   - None: every item as is.
 //   - Light: every item, whitespace runs collapsed and ends trimmed; a
-//     non-Critical content over AbbreviateOver tokens keeps its head and
-//     tail around "…[N tokens elided]…". Critical content is never
-//     abbreviated, only whitespace-trimmed.
-//   - Moderate: Light, but the units older than the newest KeepRecent that
-//     are neither Critical nor Mandatory are replaced by one summary item
-//     (Kind SummaryKind, Priority SummaryPriority, Covers their ids) that the
-//     Summarizer writes into whatever the kept units leave. An empty summary
-//     means this level does not fit.
+//     non-Critical content whose trimmed form is over AbbreviateOver tokens
+//     keeps its head and tail around "…[N tokens elided]…". Critical
+//     content is never abbreviated, only whitespace-trimmed.
+//   - Moderate: Light, but older content is summarized. Every Critical and
+//     every Mandatory unit and the newest KeepRecent units are kept; if they
+//     do not fit, neither does this level. Of the room they leave, a reserve
+//     of SummaryShare×budget tokens (at least MinSummaryReserve, at most
+//     that room) is set aside for the summary. Further units are then kept
+//     newest first while each fits in what is left beyond the reserve; the
+//     first that does not ends the fill. All the units not kept (none of
+//     them Critical or Mandatory) are replaced by one summary item (Kind
+//     SummaryKind, Priority SummaryPriority, Covers their ids) that the
+//     Summarizer writes into the reserve plus whatever the fill left over.
+//     An empty summary means this level does not fit; if every unit was
+//     kept, there is no summary item.
 //   - Aggressive: Light; Low and Background units are dropped unless
 //     Mandatory; every Critical and then every Mandatory unit is kept; the
 //     rest is filled by priority, then recency (newest first), skipping
@@ -127,14 +169,41 @@ type FitResult struct {
 // Empty input gives an empty result at LevelNone. Fit is deterministic and
 // does not modify items.
 //
-// Cost: each content is counted at most once (not at all when Item.Tokens
-// is set) and recounted only if Light changed it. When everything fits in
-// order, Fit validates and copies. Light scans contents newest first and
-// gives up as soon as the budget is passed; Moderate's cost is that of
-// writing the summary, bounded by its size rather than by what it covers;
-// Aggressive scans the contents of the candidates it considers.
-func Fit(items []Item, budget int64, opts FitOptions) (res FitResult, err error) {
+// Cost: one pass over the items validates, counts what Item.Tokens does not
+// give and (only if the pack must shrink) groups them into units; when
+// everything fits in order, that is all, and nothing is copied. Light works
+// newest first and gives up as soon as the budget is passed; with
+// Item.LightTokens set it adds numbers, and only the contents emitted are
+// normalised (and recounted, to check them). Moderate touches the units it
+// keeps and writes the summary, whose cost is bounded by its size rather
+// than by what it covers; listing what the summary covers is the one other
+// cost that grows with the input. Aggressive looks at the Light size of
+// every candidate; Critical at the Critical units only. A Fitter reused
+// from call to call allocates little beyond the result.
+func Fit(items []Item, budget int64, opts FitOptions) (FitResult, error) {
+	return fit(items, budget, opts, &buffers{})
+}
+
+// A Fitter is Fit with memory: it keeps its working buffers from one call
+// to the next, so that a caller assembling packs over and over (the actor
+// shell) allocates little beyond the results, and the garbage collector has
+// little to do. Its results are those of Fit, byte for byte, and share
+// nothing with it. The zero value is ready to use. A Fitter is not safe for
+// concurrent use, and holds memory in proportion to the largest input it
+// has fitted (50 to 75 bytes an item, and up to 256 KiB for summaries),
+// none of it referring to the inputs once a call returns.
+type Fitter struct {
+	buf buffers
+}
+
+// Fit is Fit, reusing f's buffers.
+func (f *Fitter) Fit(items []Item, budget int64, opts FitOptions) (FitResult, error) {
+	return fit(items, budget, opts, &f.buf)
+}
+
+func fit(items []Item, budget int64, opts FitOptions, b *buffers) (res FitResult, err error) {
 	defer func() {
+		b.release()
 		if r := recover(); r != nil {
 			res, err = FitResult{}, fmt.Errorf("%w: %v", ErrPanic, r)
 		}
@@ -149,25 +218,91 @@ func Fit(items []Item, budget int64, opts FitOptions) (res FitResult, err error)
 	if len(items) == 0 {
 		return FitResult{Level: LevelNone}, nil
 	}
-	p, err := prepare(items, o.Counter)
+	fitsAt := budget
+	if o.MinLevel != LevelNone {
+		fitsAt = -1 // a layout is needed whatever the total
+	}
+	p, err := prepare(items, o.Counter, b, prepareFor{budget: fitsAt, trustIDs: o.TrustIDs, summaryID: o.SummaryID})
 	if err != nil {
 		return FitResult{}, err
 	}
-	fitsAsIs := o.MinLevel == LevelNone && p.total <= budget
-	if !fitsAsIs || !p.plain() {
-		p.buildLayout()
-	}
-	if fitsAsIs && (p.plain() || p.inOrder()) {
+	if p.unitOf == nil {
 		// The common case: everything fits, already in output order.
-		res = FitResult{Level: LevelNone, Items: slices.Clone(items), Tokens: p.total}
+		res = FitResult{Level: LevelNone, Tokens: p.total}
+		if p.tok == nil {
+			res.Items = items[:len(items):len(items)] // see FitResult.Items
+			return res, nil
+		}
+		res.Items = slices.Clone(items)
 		for i := range res.Items {
 			res.Items[i].Tokens = p.tok[i]
 		}
 		return res, nil
 	}
-	f := &fitter{prepared: p, o: o, budget: budget, state: make([]uint8, len(p.units))}
-	for lvl := o.MinLevel; lvl <= LevelCritical; lvl++ {
+	res, err = newFitter(p, o, budget, true).run()
+	if err == errDistrust {
+		// A LightTokens disagreed with a recount: start over, counting.
+		res, err = newFitter(p, o, budget, false).run()
+	}
+	return res, err
+}
+
+// errDistrust reports, inside Fit, that a precomputed LightTokens was found
+// wrong: the pack is assembled again without trusting any.
+var errDistrust = errors.New("compaction: LightTokens disagrees with a recount")
+
+// Unit states during a try.
+const (
+	stDropped uint8 = iota
+	stKept
+	stSummarized
+)
+
+// lightEntry is an item's Light form. Its content is produced on first use:
+// an entry made from a trusted LightTokens has only its size until the item
+// is emitted.
+type lightEntry struct {
+	content string
+	tokens  int64
+	ready   bool // content is set (and tokens is its count)
+}
+
+// fitter tries the levels over a prepared input. It touches the units it
+// keeps, not all of them, wherever the level allows: Light, Moderate and
+// the Critical level cost what they emit (and summarize), not the input.
+type fitter struct {
+	*prepared
+	o       FitOptions
+	budget  int64
+	trust   bool         // use Item.LightTokens
+	trusted bool         // some Light size came from Item.LightTokens
+	lightAt []int32      // per item: 1 + its index in light, 0 if not computed
+	light   []lightEntry // computed on first use (few items, on large inputs)
+
+	// A try's outcome.
+	state     []uint8 // per unit; valid unless allKept
+	allKept   bool    // every unit kept (None, Light)
+	kept      []int32 // the units kept, in the order kept (unless allKept)
+	keptItems int
+	dropped   bool // some unit is stDropped
+	useLight  bool
+	summary   *Item
+	summaryIt Item
+}
+
+func newFitter(p *prepared, o FitOptions, budget int64, trust bool) *fitter {
+	b := p.buf
+	b.state = resized(b.state, len(p.units))
+	clear(b.light)
+	b.light = b.light[:0]
+	return &fitter{prepared: p, o: o, budget: budget, trust: trust, state: b.state, kept: b.kept[:0]}
+}
+
+// run tries the levels from MinLevel on.
+func (f *fitter) run() (FitResult, error) {
+	for lvl := f.o.MinLevel; lvl <= LevelCritical; lvl++ {
 		var ok bool
+		var err error
 		switch lvl {
 		case LevelNone:
 			ok = f.tryNone()
@@ -180,7 +315,12 @@ func Fit(items []Item, budget int64, opts FitOptions) (res FitResult, err error)
 		case LevelCritical:
 			ok, err = f.tryCritical()
 		}
+		f.buf.kept = f.kept[:0]
 		if err != nil {
+			var over *CriticalOverflowError
+			if f.trusted && errors.As(err, &over) {
+				return FitResult{}, errDistrust // Needed must be exact: recount
+			}
 			return FitResult{}, err
 		}
 		if ok {
@@ -190,59 +330,80 @@ func Fit(items []Item, budget int64, opts FitOptions) (res FitResult, err error)
 	panic("no level chosen") // unreachable: the Critical level fits or errs
 }
 
-// Unit states during a try.
-const (
-	stDropped uint8 = iota
-	stKept
-	stSummarized
-)
-
-type lightEntry struct {
-	content string
-	tokens  int64
-}
-
-type fitter struct {
-	*prepared
-	o        FitOptions
-	budget   int64
-	lightAt  []int32      // per item: 1 + its index in light, 0 if not computed
-	light    []lightEntry // computed on first use (few items, on large inputs)
-	state    []uint8      // per unit
-	useLight bool
-	summary  *Item
-}
-
+// reset starts a try with every unit in state s.
 func (f *fitter) reset(s uint8) {
-	for u := range f.state {
-		f.state[u] = s
+	if len(f.state) > 0 { // fill by doubling copies: memmove speed
+		f.state[0] = s
+		for k := 1; k < len(f.state); k *= 2 {
+			copy(f.state[k:], f.state[:k])
+		}
 	}
+	f.allKept, f.kept, f.keptItems, f.dropped = false, f.kept[:0], 0, s == stDropped
 	f.summary = nil
 	f.useLight = true
 }
 
-// lightOf returns item i's Light token count, computing its Light content
-// once. Critical units are only whitespace-trimmed.
+// keepAll records that every unit is kept.
+func (f *fitter) keepAll() {
+	f.reset(stKept)
+	f.allKept, f.keptItems = true, len(f.items)
+}
+
+// lightOf returns item i's Light token count. Its Light content is made
+// now only if it must be counted (no LightTokens to trust) or abbreviated;
+// else at emission (see emit). Critical units are only whitespace-trimmed.
 func (f *fitter) lightOf(i int32) (int64, error) {
 	if f.lightAt == nil {
-		f.lightAt = make([]int32, len(f.items))
+		f.buf.lightAt = zeroed(f.buf.lightAt, len(f.items))
+		f.lightAt, f.light = f.buf.lightAt, f.buf.light[:0]
 	}
 	if k := f.lightAt[i]; k != 0 {
 		return f.light[k-1].tokens, nil
 	}
-	s, t := f.items[i].Content, f.tok[i]
-	if n, changed := normalizeSpace(s); changed {
-		s, t = n, f.o.Counter.Count(n)
-		if t < 0 {
-			return 0, fmt.Errorf("%w: counter returned %d for item %q", ErrNegativeTokens, t, f.items[i].ID)
+	it := &f.items[i]
+	raw := f.tokens(i)
+	var e lightEntry
+	if f.trust && it.LightTokens > 0 {
+		f.trusted = true
+		e.tokens = it.LightTokens
+	} else {
+		s, changed := normalizeSpace(it.Content)
+		t := raw
+		if changed {
+			if t = f.o.Counter.Count(s); t < 0 {
+				return 0, fmt.Errorf("%w: counter returned %d for item %q", ErrNegativeTokens, t, it.ID)
+			}
 		}
+		e = lightEntry{content: s, tokens: t, ready: true}
 	}
 	if !f.units[f.unitOf[i]].critical() {
-		s, t = abbreviate(s, t, f.o.AbbreviateOver, f.o.Counter)
+		if s, t, ok := abbreviate(it.Content, raw, e.tokens, f.o.AbbreviateOver, f.o.Counter); ok {
+			e = lightEntry{content: s, tokens: t, ready: true}
+		}
 	}
-	f.light = append(f.light, lightEntry{content: s, tokens: t})
+	f.light = append(f.light, e)
+	f.buf.light = f.light
 	f.lightAt[i] = int32(len(f.light))
-	return t, nil
+	return e.tokens, nil
+}
+
+// emit returns item i's Light content and its count, making the content
+// if only its size was known, and reports errDistrust if the recount
+// disagrees with the LightTokens trusted so far.
+func (f *fitter) emit(i int32) (string, int64, error) {
+	e := &f.light[f.lightAt[i]-1]
+	if !e.ready {
+		s, changed := normalizeSpace(f.items[i].Content)
+		t := f.tokens(i)
+		if changed {
+			t = f.o.Counter.Count(s)
+		}
+		if t != e.tokens {
+			return "", 0, errDistrust
+		}
+		e.content, e.ready = s, true
+	}
+	return e.content, e.tokens, nil
 }
 
 // unitLight returns the Light tokens of unit u, stopping early (and
@@ -250,8 +411,8 @@ func (f *fitter) lightOf(i int32) (int64, error) {
 func (f *fitter) unitLight(u int32, limit int64) (int64, bool, error) {
 	ui := &f.units[u]
 	var sum int64
-	for _, i := range f.members[ui.start:ui.end] {
-		t, err := f.lightOf(i)
+	for k := ui.start; k < ui.end; k++ {
+		t, err := f.lightOf(f.member(k))
 		if err != nil {
 			return 0, false, err
 		}
@@ -264,14 +425,16 @@ func (f *fitter) unitLight(u int32, limit int64) (int64, bool, error) {
 }
 
 // keep marks unit u kept if its Light tokens fit in what *used leaves of
-// the budget.
-func (f *fitter) keep(u int32, used *int64) (bool, error) {
-	t, ok, err := f.unitLight(u, f.budget-*used)
+// limit.
+func (f *fitter) keep(u int32, used *int64, limit int64) (bool, error) {
+	t, ok, err := f.unitLight(u, limit-*used)
 	if !ok || err != nil {
 		return false, err
 	}
 	*used += t
 	f.state[u] = stKept
+	f.kept = append(f.kept, u)
+	f.keptItems += int(f.units[u].end - f.units[u].start)
 	return true, nil
 }
 
@@ -279,58 +442,164 @@ func (f *fitter) tryNone() bool {
 	if f.total > f.budget {
 		return false
 	}
-	f.reset(stKept)
+	f.keepAll()
 	f.useLight = false
 	return true
 }
 
 func (f *fitter) tryLight() (bool, error) {
-	// Newest first: if Light does not fit, the trimmed contents computed
-	// before giving up are the ones Moderate and Aggressive keep first.
+	// Newest first: if Light does not fit, the Light sizes computed before
+	// giving up are the ones Moderate and Aggressive keep first.
 	var used int64
-	for r := len(f.byRecency) - 1; r >= 0; r-- {
-		t, ok, err := f.unitLight(f.byRecency[r], f.budget-used)
+	for r := len(f.units) - 1; r >= 0; r-- {
+		t, ok, err := f.unitLight(f.rec(r), f.budget-used)
 		if !ok || err != nil {
 			return false, err
 		}
 		used += t
 	}
-	f.reset(stKept)
+	f.keepAll()
 	return true, nil
 }
 
 func (f *fitter) tryModerate() (bool, error) {
 	f.reset(stSummarized)
-	n := len(f.byRecency)
-	for r := n - 1; r >= 0 && r >= n-f.o.KeepRecent; r-- {
-		f.state[f.byRecency[r]] = stKept
-	}
+	// Kept whatever happens: Critical and Mandatory units, the newest ones.
 	var used int64
-	for u := range f.units {
-		ui := &f.units[u]
-		if f.state[u] == stKept || ui.critical() || ui.mandatory {
-			if ok, err := f.keep(int32(u), &used); !ok || err != nil {
+	for _, i := range f.special {
+		if u := f.unitOf[i]; f.state[u] != stKept {
+			if ok, err := f.keep(u, &used, f.budget); !ok || err != nil {
 				return false, err
 			}
 		}
 	}
-	covered := f.gather(func(u int32) bool { return f.state[u] == stSummarized })
-	if len(covered) == 0 {
-		return true, nil // nothing old enough to summarize
+	n := len(f.units)
+	for r := n - 1; r >= 0 && r >= n-f.o.KeepRecent; r-- {
+		if u := f.rec(r); f.state[u] != stKept {
+			if ok, err := f.keep(u, &used, f.budget); !ok || err != nil {
+				return false, err
+			}
+		}
 	}
-	left := f.budget - used
-	text, t, err := summarize(f.o.Summarizer, covered, left, f.o.Counter)
+	// Then newest first, verbatim, while they fit beside the reserve.
+	room := f.budget - used
+	fill := used + room - f.summaryReserve(room)
+	last := n - 1 - f.o.KeepRecent // the newest unit that may be summarized
+	for ; last >= 0; last-- {
+		if u := f.rec(last); f.state[u] != stKept {
+			ok, err := f.keep(u, &used, fill)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				break
+			}
+		}
+	}
+	if last < 0 {
+		return true, nil // everything kept: nothing to summarize
+	}
+	covered := f.covered(last)
+	if covered.len() == 0 {
+		return true, nil
+	}
+	text, t, err := f.summarize(covered, f.budget-used)
 	if err != nil || text == "" {
 		return false, err
 	}
-	s := summaryItem(f.freeSummaryID(), text, t, covered)
-	f.summary = &s
+	f.summaryIt = summaryItem(f.freeSummaryID(), text, t, covered)
+	f.summary = &f.summaryIt
 	return true, nil
+}
+
+// covered returns the items Moderate summarizes: those of the units not
+// kept, all of them no newer than the unit at recency position last. They
+// are one run of the input, but for Critical or Mandatory units among them,
+// in the usual case (input in Seq order, groups adjacent); then finding
+// them costs what is kept, not what is covered.
+func (f *fitter) covered(last int) itemView {
+	if f.members != nil || f.byRecency != nil {
+		idx := f.buf.covered[:0]
+		for i, u := range f.unitOf {
+			if f.state[u] == stSummarized {
+				idx = append(idx, int32(i))
+			}
+		}
+		f.buf.covered = idx
+		return itemView{items: f.items, idx: idx}
+	}
+	// Units are input runs in recency order: the candidates are the input
+	// up to the end of unit last (not kept), less the special units among
+	// them.
+	end := f.units[f.rec(last)].end
+	lo, hi := int32(0), end // the run, while the special units are at its start
+	idx := f.buf.covered[:0]
+	listed := false
+	for _, i := range f.special {
+		if i >= end {
+			break
+		}
+		ui := &f.units[f.unitOf[i]]
+		switch {
+		case listed:
+		case ui.start <= lo:
+			lo = max(lo, ui.end) // at the start: the run begins after it
+		default: // in the middle: list the run's items one by one
+			if !listed {
+				listed = true
+				for k := lo; k < hi; k++ {
+					if f.state[f.unitOf[k]] == stSummarized {
+						idx = append(idx, k)
+					}
+				}
+			}
+		}
+	}
+	f.buf.covered = idx
+	if listed {
+		return itemView{items: f.items, idx: idx}
+	}
+	if lo >= hi {
+		return itemView{}
+	}
+	return itemView{items: f.items[lo:hi:hi]}
+}
+
+// summaryReserve is the room Moderate sets aside for its summary when room
+// is what the units kept regardless leave.
+func (f *fitter) summaryReserve(room int64) int64 {
+	share := float64(f.budget) * f.o.SummaryShare
+	if share >= float64(room) {
+		return room
+	}
+	return min(room, max(MinSummaryReserve, int64(share)))
+}
+
+// summarize writes the summary of covered, the items of the units in
+// state stSummarized, in at most maxTokens. Extractive runs in the fitter's
+// buffers, told what the fitter knows of the items' order.
+func (f *fitter) summarize(covered itemView, maxTokens int64) (string, int64, error) {
+	if _, ok := f.o.Summarizer.(Extractive); !ok {
+		return summarize(f.o.Summarizer, covered.slice(), maxTokens, f.o.Counter)
+	}
+	hint := &orderHint{sorted: f.sortedSeq, counts: f.counts}
+	for _, u := range f.kept {
+		ui := &f.units[u]
+		for k := ui.start; k < ui.end; k++ {
+			hint.counts[bucket(f.items[f.member(k)].Priority)]--
+		}
+	}
+	return checkSummary(f.buf.x.summarize(covered, maxTokens, f.o.Counter, hint), nil, maxTokens, f.o.Counter)
 }
 
 // summarize runs s and checks its contract.
 func summarize(s Summarizer, items []Item, maxTokens int64, c Counter) (string, int64, error) {
 	text, err := s.Summarize(items, maxTokens, c)
+	return checkSummary(text, err, maxTokens, c)
+}
+
+// checkSummary checks what a Summarizer returned against its contract.
+func checkSummary(text string, err error, maxTokens int64, c Counter) (string, int64, error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("%w: %w", ErrSummarizerFailed, err)
 	}
@@ -350,7 +619,7 @@ func summarize(s Summarizer, items []Item, maxTokens int64, c Counter) (string, 
 func (f *fitter) freeSummaryID() string {
 	id := f.o.SummaryID
 	for k := 2; ; k++ {
-		if _, taken := f.ids.lookup(id); !taken {
+		if !f.hasID(id) {
 			return id
 		}
 		id = f.o.SummaryID + "-" + strconv.Itoa(k)
@@ -361,20 +630,21 @@ func (f *fitter) tryAggressive() (bool, error) {
 	f.reset(stDropped)
 	var used int64
 	for pass := 0; pass < 2; pass++ { // Critical units, then Mandatory ones
-		for u := range f.units {
+		for _, i := range f.special {
+			u := f.unitOf[i]
 			ui := &f.units[u]
-			if (pass == 0 && ui.critical()) || (pass == 1 && ui.mandatory && !ui.critical()) {
-				if ok, err := f.keep(int32(u), &used); !ok || err != nil {
+			if f.state[u] != stKept && ((pass == 0 && ui.critical()) || (pass == 1 && ui.mandatory)) {
+				if ok, err := f.keep(u, &used, f.budget); !ok || err != nil {
 					return false, err
 				}
 			}
 		}
 	}
 	for p := High; p <= Medium; p++ {
-		for r := len(f.byRecency) - 1; r >= 0; r-- {
-			u := f.byRecency[r]
+		for r := len(f.units) - 1; r >= 0; r-- {
+			u := f.rec(r)
 			if f.state[u] == stDropped && f.units[u].prio == p {
-				if _, err := f.keep(u, &used); err != nil {
+				if _, err := f.keep(u, &used, f.budget); err != nil {
 					return false, err
 				}
 			}
@@ -386,11 +656,12 @@ func (f *fitter) tryAggressive() (bool, error) {
 func (f *fitter) tryCritical() (bool, error) {
 	f.reset(stDropped)
 	var need int64
-	for u := range f.units {
-		if !f.units[u].critical() {
+	for _, i := range f.special {
+		u := f.unitOf[i]
+		if f.state[u] == stKept || !f.units[u].critical() {
 			continue
 		}
-		t, ok, err := f.unitLight(int32(u), math.MaxInt64-need)
+		t, ok, err := f.unitLight(u, math.MaxInt64-need)
 		if err != nil {
 			return false, err
 		}
@@ -399,6 +670,8 @@ func (f *fitter) tryCritical() (bool, error) {
 		}
 		need += t
 		f.state[u] = stKept
+		f.kept = append(f.kept, u)
+		f.keptItems += int(f.units[u].end - f.units[u].start)
 	}
 	if need > f.budget {
 		return false, &CriticalOverflowError{Needed: need, Budget: f.budget}
@@ -409,39 +682,53 @@ func (f *fitter) tryCritical() (bool, error) {
 // result lays out the chosen units in FitResult order.
 func (f *fitter) result(lvl Level) (FitResult, error) {
 	res := FitResult{Level: lvl}
-	n := 0
-	for u := range f.units {
-		if f.state[u] == stKept {
-			n += int(f.units[u].end - f.units[u].start)
-		}
-	}
+	n := f.keptItems
 	if f.summary != nil {
 		n++
 	}
 	res.Items = make([]Item, n)
 	k := 0
 	summaryDone := f.summary == nil
-	for _, u := range f.byRecency {
-		if f.state[u] != stKept {
-			continue
-		}
+	emitUnit := func(u int32) error {
 		ui := &f.units[u]
 		if !summaryDone && ui.seq > f.summary.Seq {
 			res.Items[k] = *f.summary
 			k++
 			summaryDone = true
 		}
-		for _, i := range f.members[ui.start:ui.end] {
+		for m := ui.start; m < ui.end; m++ {
+			i := f.member(m)
 			it := &res.Items[k]
 			*it = f.items[i]
 			if f.useLight {
-				e := &f.light[f.lightAt[i]-1]
-				it.Content, it.Tokens = e.content, e.tokens
+				s, t, err := f.emit(i)
+				if err != nil {
+					return err
+				}
+				if s != it.Content {
+					it.Content, it.LightTokens = s, 0
+				}
+				it.Tokens = t
 			} else {
-				it.Tokens = f.tok[i]
+				it.Tokens = f.tokens(i)
 			}
 			k++
 			res.Tokens += it.Tokens // bounded by the budget: cannot overflow
+		}
+		return nil
+	}
+	if f.allKept {
+		for r := range f.units {
+			if err := emitUnit(f.rec(r)); err != nil {
+				return FitResult{}, err
+			}
+		}
+	} else {
+		slices.SortFunc(f.kept, func(a, b int32) int { return cmp.Compare(f.rank(a), f.rank(b)) })
+		for _, u := range f.kept {
+			if err := emitUnit(u); err != nil {
+				return FitResult{}, err
+			}
 		}
 	}
 	if !summaryDone {
@@ -451,11 +738,13 @@ func (f *fitter) result(lvl Level) (FitResult, error) {
 		res.Tokens += f.summary.Tokens
 		res.Summarized = f.summary.Covers
 	}
-	for i := range f.items {
-		if f.state[f.unitOf[i]] == stDropped {
-			res.Dropped = append(res.Dropped, f.items[i].ID)
-			if f.items[i].Mandatory {
-				res.MandatoryDropped = append(res.MandatoryDropped, f.items[i].ID)
+	if f.dropped {
+		for i := range f.items {
+			if f.state[f.unitOf[i]] == stDropped {
+				res.Dropped = append(res.Dropped, f.items[i].ID)
+				if f.items[i].Mandatory {
+					res.MandatoryDropped = append(res.MandatoryDropped, f.items[i].ID)
+				}
 			}
 		}
 	}

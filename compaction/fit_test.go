@@ -3,6 +3,8 @@ package compaction
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -345,6 +347,11 @@ func TestFitBadInput(t *testing.T) {
 		{"negative KeepRecent", []Item{ok}, 10, FitOptions{KeepRecent: -1}, ErrInvalidOption},
 		{"negative AbbreviateOver", []Item{ok}, 10, FitOptions{AbbreviateOver: -1}, ErrInvalidOption},
 		{"invalid MinLevel", []Item{ok}, 10, FitOptions{MinLevel: LevelCritical + 1}, ErrInvalidLevel},
+		{"negative LightTokens", []Item{{ID: "a", Priority: High, LightTokens: -1}}, 10, FitOptions{}, ErrNegativeTokens},
+		{"negative SummaryShare", []Item{ok}, 10, FitOptions{SummaryShare: -0.1}, ErrInvalidOption},
+		{"SummaryShare over 1", []Item{ok}, 10, FitOptions{SummaryShare: 1.5}, ErrInvalidOption},
+		{"NaN SummaryShare", []Item{ok}, 10, FitOptions{SummaryShare: math.NaN()}, ErrInvalidOption},
+		{"empty id, trusted", []Item{{Priority: High}}, 10, FitOptions{TrustIDs: true}, ErrEmptyID},
 		{"negative counter", []Item{ok}, 10, FitOptions{Counter: CounterFunc(func(string) int64 { return -1 })}, ErrNegativeTokens},
 	}
 	for _, tc := range tests {
@@ -387,4 +394,226 @@ func TestNoPanicReachesTheCaller(t *testing.T) {
 	assert.ErrorIs(t, err, ErrPanic)
 	_, err = Compact(many, 100, SummarizeOldest{KeepRecent: 2}, Options{SummaryID: "s", Summarizer: bad})
 	assert.ErrorIs(t, err, ErrPanic)
+}
+
+func TestFitModerateReserve(t *testing.T) {
+	// 40 units of the same size; the newest 3 are kept whatever happens.
+	var items []Item
+	for i := 10; i < 50; i++ {
+		items = append(items, Item{ID: fmt.Sprintf("m%d", i), Priority: Medium, Seq: int64(i), Content: factText(i, 200)})
+	}
+	tok := EstimateCounter{}.Count(items[0].Content)
+	tests := []struct {
+		name    string
+		budget  int64
+		share   float64
+		reserve int64 // what the summary is sure to get
+	}{
+		{"a quarter of the budget", 2000, 0, 500},
+		{"at least MinSummaryReserve", 2000, 0.1, MinSummaryReserve}, // 10% is 200
+		{"SummaryShare", 2000, 0.5, 1000},
+		{"no more than what is left", 400, 0, 400 - 3*tok}, // the 3 leave less than a quarter... of the rest
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := FitOptions{KeepRecent: 3, SummaryShare: tc.share}
+			res, err := Fit(items, tc.budget, opts)
+			require.NoError(t, err)
+			checkFit(t, items, tc.budget, opts, res)
+			require.Equal(t, LevelModerate, res.Level)
+			// Units are kept newest first while they fit beside the reserve.
+			verbatim := int((tc.budget - tc.reserve) / tok)
+			verbatim = max(verbatim, 3)
+			n := len(items)
+			assert.Equal(t, ids(items[:n-verbatim]), res.Summarized, "everything older is summarized")
+			assert.Equal(t, append([]string{DefaultPackSummaryID}, ids(items[n-verbatim:])...), ids(res.Items))
+			s := res.Items[0]
+			left := tc.budget - int64(verbatim)*tok
+			assert.LessOrEqual(t, s.Tokens, left, "the summary fits beside the units")
+			assert.Greater(t, s.Tokens, left-tok, "and uses its room: the reserve and what the fill left")
+		})
+	}
+}
+
+func TestFitModerateFillStopsAtFirstMisfit(t *testing.T) {
+	items := []Item{
+		{ID: "old", Priority: Medium, Seq: 1, Content: factText(1, 400)},
+		{ID: "small", Priority: Medium, Seq: 2, Content: blob(10)},
+		{ID: "big", Priority: Medium, Seq: 3, Content: blob(900)},
+		{ID: "new", Priority: Medium, Seq: 4, Content: blob(10)},
+	}
+	// KeepRecent 1 keeps "new"; 256 of the 990 left are reserved: "big"
+	// does not fit beside the reserve, so the fill ends there and "small",
+	// though it would fit, is summarized with the rest.
+	opts := FitOptions{KeepRecent: 1, AbbreviateOver: 1000}
+	res, err := Fit(items, 1000, opts)
+	require.NoError(t, err)
+	checkFit(t, items, 1000, opts, res)
+	require.Equal(t, LevelModerate, res.Level)
+	assert.Equal(t, []string{"old", "small", "big"}, res.Summarized)
+	assert.Equal(t, []string{DefaultPackSummaryID, "new"}, ids(res.Items))
+}
+
+func TestFitModerateAroundKeptUnits(t *testing.T) {
+	// Critical and Mandatory units among the old ones stay, in place; the
+	// summary covers the rest and stands after the newest it covers.
+	var items []Item
+	for i := range 30 {
+		it := Item{ID: fmt.Sprintf("h%d", i), Priority: Low, Seq: int64(i), Content: factText(i, 200)}
+		switch i {
+		case 0:
+			it.Priority = Critical
+		case 7:
+			it.Mandatory = true
+		case 11, 12:
+			it.Group = "call"
+			if i == 12 {
+				it.Priority = Critical
+			}
+		}
+		items = append(items, it)
+	}
+	for _, f := range []*Fitter{nil, new(Fitter)} {
+		fit := Fit
+		if f != nil {
+			fit = f.Fit
+		}
+		opts := FitOptions{KeepRecent: 2}
+		res, err := fit(items, 600, opts)
+		require.NoError(t, err)
+		checkFit(t, items, 600, opts, res)
+		require.Equal(t, LevelModerate, res.Level)
+		var want []string
+		for i := 1; i < 28; i++ {
+			if i != 7 && i != 11 && i != 12 {
+				want = append(want, fmt.Sprintf("h%d", i))
+			}
+		}
+		assert.Equal(t, want, res.Summarized)
+		assert.Equal(t, []string{"h0", "h7", "h11", "h12", DefaultPackSummaryID, "h28", "h29"}, ids(res.Items))
+	}
+}
+
+func TestFitLightTokens(t *testing.T) {
+	var items []Item
+	for i := range 50 {
+		content := "  " + factText(i, 400) + " \n"
+		items = append(items, Item{ID: fmt.Sprintf("h%d", i), Priority: Medium, Seq: int64(i), Content: content,
+			Tokens: EstimateCounter{}.Count(content), LightTokens: LightTokens(content, nil)})
+	}
+	var counted []string
+	c := CounterFunc(func(s string) int64 { counted = append(counted, s); return EstimateCounter{}.Count(s) })
+	opts := FitOptions{Counter: c, KeepRecent: 2, MinLevel: LevelLight}
+
+	t.Run("only emitted contents are normalized and recounted", func(t *testing.T) {
+		counted = nil
+		aggressive := opts
+		aggressive.MinLevel = LevelAggressive // no summary: the summarizer counts too
+		res, err := Fit(items, 2000, aggressive)
+		require.NoError(t, err)
+		assert.Less(t, len(res.Items), len(items))
+		assert.Len(t, counted, len(res.Items), "one count per emitted content, none for the others")
+		for _, s := range counted {
+			assert.False(t, strings.HasPrefix(s, " "), "what is counted is the normalized content")
+		}
+		checkFit(t, items, 2000, aggressive, res)
+	})
+
+	t.Run("the same pack as without them", func(t *testing.T) {
+		plain := slices.Clone(items)
+		for i := range plain {
+			plain[i].LightTokens = 0
+		}
+		for _, budget := range []int64{500, 2000, 5000, 6000} {
+			want, err := Fit(plain, budget, opts)
+			require.NoError(t, err)
+			got, err := Fit(items, budget, opts)
+			require.NoError(t, err)
+			assert.Equal(t, ids(want.Items), ids(got.Items))
+			assert.Equal(t, want.Tokens, got.Tokens)
+			assert.Equal(t, want.Level, got.Level)
+		}
+	})
+
+	t.Run("a wrong value costs time, never the budget", func(t *testing.T) {
+		for _, delta := range []int64{-20, -1, 1, 20} {
+			wrong := slices.Clone(items)
+			for i := range wrong {
+				wrong[i].LightTokens = max(1, wrong[i].LightTokens+delta)
+			}
+			for _, budget := range []int64{500, 2000, 5000} {
+				res, err := Fit(wrong, budget, opts)
+				require.NoError(t, err)
+				checkFit(t, wrong, budget, opts, res) // recounts every item against the budget
+			}
+		}
+	})
+
+	t.Run("the Critical overflow names what is really needed", func(t *testing.T) {
+		crit := []Item{{ID: "sys", Priority: Critical, Seq: 1, Content: "  " + blob(30) + "  ", LightTokens: 99}}
+		_, err := Fit(crit, 40, FitOptions{})
+		var over *CriticalOverflowError
+		require.NoError(t, err, "a wrong LightTokens must not make a fitting pack fail")
+		crit[0].LightTokens = 1
+		_, err = Fit(crit, 20, FitOptions{})
+		require.ErrorAs(t, err, &over)
+		assert.Equal(t, int64(30), over.Needed)
+	})
+}
+
+func TestLightTokens(t *testing.T) {
+	c := EstimateCounter{}
+	for _, s := range []string{"", "plain", "  lead and trail \n", "a \t b\n\n c", strings.Repeat("x ", 1000)} {
+		n, _ := normalizeSpace(s)
+		assert.Equal(t, c.Count(n), LightTokens(s, c), "%q", s)
+		assert.Equal(t, c.Count(n), LightTokens(s, nil), "nil means EstimateCounter")
+	}
+}
+
+func TestFitTrustIDs(t *testing.T) {
+	items := []Item{
+		{ID: DefaultPackSummaryID, Priority: Critical, Seq: 0, Content: "system"},
+		{ID: DefaultPackSummaryID + "-2", Priority: Medium, Seq: 1, Content: factText(1, 300)},
+	}
+	for i := 2; i < 30; i++ {
+		items = append(items, Item{ID: fmt.Sprintf("h%d", i), Priority: Medium, Seq: int64(i), Content: factText(i, 300)})
+	}
+	opts := FitOptions{KeepRecent: 2}
+	want, err := Fit(items, 400, opts)
+	require.NoError(t, err)
+	opts.TrustIDs = true
+	got, err := Fit(items, 400, opts)
+	require.NoError(t, err)
+	checkFit(t, items, 400, opts, got)
+	assert.Equal(t, want, got)
+	assert.Equal(t, DefaultPackSummaryID+"-3", got.Items[1].ID, "the summary id still avoids the input's")
+
+	// Without the check a duplicate goes through; the budget still holds.
+	dup := append(slices.Clone(items), items[5])
+	dup[len(dup)-1].Seq = 99
+	_, err = Fit(dup, 400, FitOptions{KeepRecent: 2})
+	assert.ErrorIs(t, err, ErrDuplicateID)
+	res, err := Fit(dup, 400, opts)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, res.Tokens, int64(400))
+}
+
+func TestFitReturnsTheInputWhenNothingChanges(t *testing.T) {
+	items := []Item{
+		{ID: "a", Priority: High, Seq: 1, Content: "x", Tokens: 1},
+		{ID: "b", Priority: Low, Seq: 2, Content: "y", Tokens: 1},
+	}
+	res, err := Fit(items, 10, FitOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, items, res.Items)
+	assert.Same(t, &items[0], &res.Items[0], "documented: no copy when the pack is the input")
+	res.Items = append(res.Items, Item{ID: "c"}) // capacity is capped: the input is safe
+	assert.Len(t, items, 2)
+
+	items[1].Tokens = 0 // counted here: then a copy carries the count
+	res, err = Fit(items, 10, FitOptions{})
+	require.NoError(t, err)
+	assert.NotSame(t, &items[0], &res.Items[0])
+	assert.Equal(t, int64(1), res.Items[1].Tokens)
+	assert.Zero(t, items[1].Tokens)
 }

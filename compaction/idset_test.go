@@ -26,7 +26,7 @@ func TestIDSet(t *testing.T) {
 		assert.False(t, ok)
 	}
 	t.Run("table", func(t *testing.T) {
-		s := newIDSet(items)
+		s := newIDSet(items, len(items))
 		check(t, s)
 		assert.Nil(t, s.m, "no fallback for ordinary ids")
 	})
@@ -37,7 +37,7 @@ func TestIDSet(t *testing.T) {
 	})
 	t.Run("duplicates found on both paths", func(t *testing.T) {
 		dup := append(items[:100:100], Item{ID: "id-7"})
-		s := newIDSet(dup)
+		s := newIDSet(dup, len(dup))
 		for i := range 100 {
 			require.True(t, s.add(i))
 		}

@@ -1,6 +1,7 @@
 package compaction
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -56,15 +57,22 @@ func TestNormalizeSpace(t *testing.T) {
 
 func TestAbbreviate(t *testing.T) {
 	c := EstimateCounter{}
+	abbrev := func(s string, limit int64) (string, int64) {
+		if out, n, ok := abbreviate(s, c.Count(s), LightTokens(s, c), limit, c); ok {
+			return out, n
+		}
+		n, _ := normalizeSpace(s)
+		return n, c.Count(n)
+	}
 	t.Run("short content is left alone", func(t *testing.T) {
 		s := text(400)
-		got, n := abbreviate(s, c.Count(s), 512, c)
+		got, n := abbrev(s, 512)
 		assert.Equal(t, s, got)
 		assert.Equal(t, c.Count(s), n)
 	})
 	t.Run("head and tail kept around a marker", func(t *testing.T) {
 		s := "BEGIN " + text(20000) + " END"
-		got, n := abbreviate(s, c.Count(s), 512, c)
+		got, n := abbrev(s, 512)
 		require.Less(t, n, c.Count(s))
 		assert.Equal(t, c.Count(got), n)
 		assert.LessOrEqual(t, n, int64(512))
@@ -72,15 +80,24 @@ func TestAbbreviate(t *testing.T) {
 		assert.True(t, strings.HasSuffix(got, " END"))
 		assert.Regexp(t, `^BEGIN .* …\[\d+ tokens elided\]… .* END$`, got)
 	})
+	t.Run("head and tail normalised, the middle never looked at", func(t *testing.T) {
+		s := "  BEGIN  \t here " + text(20000) + "\n\n END  "
+		got, n := abbrev(s, 512)
+		assert.Equal(t, c.Count(got), n)
+		assert.True(t, strings.HasPrefix(got, "BEGIN here "), got[:20])
+		assert.True(t, strings.HasSuffix(got, "\nEND"))
+		elided := LightTokens(s, c) - c.Count(got[:strings.Index(got, " …[")]) - c.Count(got[strings.Index(got, "]… ")+len("]… "):])
+		assert.Contains(t, got, fmt.Sprintf("…[%d tokens elided]…", elided))
+	})
 	t.Run("cuts on rune boundaries", func(t *testing.T) {
 		s := strings.Repeat("日本語のテキスト", 2000)
-		got, n := abbreviate(s, c.Count(s), 100, c)
+		got, n := abbrev(s, 100)
 		assert.True(t, utf8.ValidString(got))
 		assert.Less(t, n, c.Count(s))
 	})
 	t.Run("tiny limits still shrink", func(t *testing.T) {
 		s := text(4000)
-		got, n := abbreviate(s, c.Count(s), 1, c)
+		got, n := abbrev(s, 1)
 		assert.Less(t, n, c.Count(s))
 		assert.Contains(t, got, "tokens elided")
 	})

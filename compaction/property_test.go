@@ -3,6 +3,7 @@ package compaction
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,6 +60,12 @@ func genItems(t *rapid.T, c Counter) []Item {
 		if rapid.Bool().Draw(t, "precounted") {
 			it.Tokens = c.Count(it.Content)
 		}
+		switch rapid.IntRange(0, 5).Draw(t, "light") {
+		case 0, 1: // recorded, as the shell does
+			it.LightTokens = LightTokens(it.Content, c)
+		case 2: // recorded wrong: too small, too large, or with another counter
+			it.LightTokens = max(0, LightTokens(it.Content, c)+rapid.Int64Range(-50, 50).Draw(t, "light error"))
+		}
 		items[i] = it
 	}
 	return items
@@ -91,6 +98,11 @@ func TestFitProperties(t *testing.T) {
 			KeepRecent:     rapid.IntRange(0, 6).Draw(t, "keep"),
 			MinLevel:       Level(rapid.IntRange(0, int(LevelCritical)).Draw(t, "minLevel")),
 			AbbreviateOver: rapid.SampledFrom([]int64{0, 4, 16, 64}).Draw(t, "abbrev"),
+			SummaryShare:   rapid.SampledFrom([]float64{0, 0.1, 0.5, 1}).Draw(t, "share"),
+			TrustIDs:       rapid.Bool().Draw(t, "trust ids"),
+		}
+		if rapid.Bool().Draw(t, "summary id clash") && len(items) > 0 {
+			items[0].ID = DefaultPackSummaryID
 		}
 		res, err := Fit(items, budget, opts)
 		need := criticalNeed(items, c)
@@ -107,7 +119,44 @@ func TestFitProperties(t *testing.T) {
 		again, err := Fit(items, budget, opts)
 		require.NoError(t, err)
 		require.Equal(t, res, again, "not deterministic")
+
+		// A reused Fitter gives the very same pack, whatever it did before.
+		again, err = sharedFitter.Fit(items, budget, opts)
+		require.NoError(t, err)
+		require.Equal(t, res, again, "a reused Fitter differs from Fit")
+
+		// LightTokens only saves work: when every recorded value is right,
+		// the pack is the one made without them.
+		if allLightRight(items, c) {
+			plain := slices.Clone(items)
+			for i := range plain {
+				plain[i].LightTokens = 0
+			}
+			want, err := Fit(plain, budget, opts)
+			require.NoError(t, err)
+			for i := range want.Items { // the only difference: kept where unchanged
+				if k := slices.IndexFunc(items, func(it Item) bool { return it.ID == want.Items[i].ID }); k >= 0 && items[k].Content == want.Items[i].Content {
+					want.Items[i].LightTokens = items[k].LightTokens
+				}
+			}
+			require.Equal(t, want, res, "LightTokens changed the pack")
+		}
 	})
+}
+
+// sharedFitter is reused by every case of TestFitProperties, as the shell
+// reuses one.
+var sharedFitter Fitter
+
+// allLightRight reports whether every recorded LightTokens is what
+// LightTokens computes.
+func allLightRight(items []Item, c Counter) bool {
+	for _, it := range items {
+		if it.LightTokens != 0 && it.LightTokens != LightTokens(it.Content, c) {
+			return false
+		}
+	}
+	return true
 }
 
 func TestCompactProperties(t *testing.T) {

@@ -123,11 +123,11 @@ func Compact(items []Item, target int64, s Strategy, opts Options) (res Result, 
 	if opts.Summarizer == nil {
 		opts.Summarizer = Extractive{}
 	}
-	p, err := prepare(items, opts.Counter)
+	p, err := prepare(items, opts.Counter, &buffers{}, prepareFor{budget: -1})
 	if err != nil {
 		return Result{}, err
 	}
-	p.buildLayout()
+	p.materialize()
 	c := &compactor{prepared: p, o: opts, target: target, removed: make([]bool, len(p.units))}
 	if err := s.apply(c); err != nil {
 		return Result{}, err
@@ -170,7 +170,7 @@ func (PriorityBased) apply(c *compactor) error {
 			}
 			if c.units[u].prio == p {
 				c.removed[u] = true
-				cur -= c.units[u].tokens
+				cur -= c.unitTokens(u)
 			}
 		}
 	}
@@ -199,7 +199,7 @@ func (s SummarizeOldest) apply(c *compactor) error {
 	var kept int64
 	for u := range c.units {
 		if !c.removed[u] {
-			kept += c.units[u].tokens
+			kept += c.unitTokens(int32(u))
 		}
 	}
 	left := c.target - kept
@@ -213,7 +213,7 @@ func (s SummarizeOldest) apply(c *compactor) error {
 	if text == "" {
 		return fmt.Errorf("%w: no summary of %d items fits in %d tokens", ErrTargetTooSmall, len(covered), left)
 	}
-	sum := summaryItem(c.o.SummaryID, text, t, covered)
+	sum := summaryItem(c.o.SummaryID, text, t, itemView{items: covered})
 	c.summary = &sum
 	return nil
 }
@@ -243,7 +243,7 @@ func (fn Custom) apply(c *compactor) error {
 	in := make([]Item, len(c.items))
 	for i, it := range c.items {
 		it.Covers = slices.Clone(it.Covers)
-		it.Tokens = c.tok[i]
+		it.Tokens = c.tokens(int32(i))
 		in[i] = it
 	}
 	out, err := callCustom(fn, in, c.target)
@@ -366,7 +366,7 @@ func (c *compactor) result() Result {
 			continue
 		}
 		it := c.items[i]
-		it.Tokens = c.tok[i]
+		it.Tokens = c.tokens(int32(i))
 		res.Kept = append(res.Kept, it)
 		res.FinalTokens += it.Tokens // bounded by c.total
 	}

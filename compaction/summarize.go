@@ -35,11 +35,17 @@ type Summarizer interface {
 // other sentences, shared out the same way. Within an item sentences keep
 // their order, facts before the rest. Once an item's line has begun it stops
 // at the first sentence that does not fit, and once less than a share is
-// left the visit ends after 16 items in a row got nothing: the work is
-// bounded by the output, not the input. An item with nothing yet skips
-// other sentences to find its first fact; a fact sentence too long for it
-// keeps its fact words and as many others as fit, gaps marked "…". If not
-// even the header fits, the result is "".
+// left the visit ends after 16 items in a row got nothing. An item with
+// nothing yet skips other sentences to find its first fact; a fact sentence
+// too long for it keeps its fact words and as many others as fit, gaps
+// marked "…". If not even the header fits, the result is "".
+//
+// The work is bounded by the output, not the input: an item is scanned only
+// a few times its share ahead of where its line stands (a sentence running
+// past that is judged on its part within: it is too long to take whole, and
+// only its facts there can be kept, followed by "…"), and all the scanning
+// of one summary is capped at a fixed multiple of its limit, after which
+// the items not yet visited get nothing.
 //
 // Sentences end at a newline or at '.', '!' or '?' followed by whitespace.
 // Under EstimateCounter the packing is exact (it works in bytes); under
@@ -57,13 +63,26 @@ const minTruncTokens = 3
 // row got nothing, the rest is not visited.
 const maxMisses = 16
 
+// Scan bounds, in bytes. One fill of a line looks at most
+// windowPerToken×(its room in tokens)+windowSlack bytes ahead; one summary
+// scans at most scanPerToken×maxTokens+scanSlack bytes in all, each item
+// visited counting visitCost more.
+const (
+	windowPerToken = 16
+	windowSlack    = 256
+	scanPerToken   = 64
+	scanSlack      = 16 << 10
+	visitCost      = 64
+	roomSlack      = 8 // leading blanks a sentence that fits may have
+)
+
 // sumLine is one item's line being built.
 type sumLine struct {
-	idx       int // input index
-	rank      int // visit order: lower earned its space first
+	idx       int32  // input index
+	rank      int32  // visit order: lower earned its space first
+	pos       [2]int // where each kind's scan resumes: [0] facts, [1] the rest
 	buf       []byte
 	started   bool
-	pos       [2]int  // where each kind's scan resumes: [0] facts, [1] the rest
 	exhausted [2]bool // no more sentences of that kind
 	seenPlain bool    // the facts scan has passed a sentence of the other kind
 	last      sentence
@@ -72,20 +91,36 @@ type sumLine struct {
 // sentence caches the last sentence scanned in a line's content, so that
 // one a pass could not take is not scanned again by the next.
 type sentence struct {
-	start, a, b, next int
-	irregular         bool
-	fact              int8 // 0 unknown, 1 no, 2 yes
-	ok                bool
+	start, a, b, next, lim int
+	clipped                bool
+	fact                   int8 // 0 unknown, 1 no, 2 yes
+	irregular              int8 // the same, for irregular whitespace
+	ok                     bool
 }
 
-// scan returns the sentence starting at pos in s, from the cache if it is
-// there.
-func (l *sumLine) scan(s string, pos int) *sentence {
-	if !l.last.ok || l.last.start != pos {
-		a, b, next, irr := scanSentence(s, pos)
-		l.last = sentence{start: pos, a: a, b: b, next: next, irregular: irr, ok: true}
+// scan returns the sentence starting at pos in s, looking no further than
+// lim, from the cache if it is there; it charges m for the bytes scanned.
+func (l *sumLine) scan(m *meter, s string, pos, lim int) *sentence {
+	c := &l.last
+	if !c.ok || c.start != pos || (c.clipped && c.lim != lim) {
+		a, b, next, clipped := scanSentenceUpTo(s, pos, lim)
+		m.scanLeft -= int64(next - pos)
+		c.start, c.a, c.b, c.next, c.lim = pos, a, b, next, lim // field by field: see addUnit
+		c.clipped, c.fact, c.irregular, c.ok = clipped, 0, 0, true
 	}
-	return &l.last
+	return c
+}
+
+// isIrregular reports whether the sentence has whitespace that
+// appendCollapsed rewrites, checked on first use.
+func (sn *sentence) isIrregular(s string) bool {
+	if sn.irregular == 0 {
+		sn.irregular = 1
+		if irregularSpace(s[sn.a:sn.b], false) {
+			sn.irregular = 2
+		}
+	}
+	return sn.irregular == 2
 }
 
 func (sn *sentence) isFact(s string) bool {
@@ -100,84 +135,139 @@ func (sn *sentence) isFact(s string) bool {
 
 // Summarize implements Summarizer.
 func (Extractive) Summarize(items []Item, maxTokens int64, c Counter) (string, error) {
+	var x extractor
+	return x.summarize(itemView{items: items}, maxTokens, c, nil), nil
+}
+
+// itemView is a list of items: items itself, or the items at idx (input
+// order kept), so that a subset is summarized without copying items.
+type itemView struct {
+	items []Item
+	idx   []int32 // nil: all of items
+}
+
+func (v *itemView) len() int {
+	if v.idx != nil {
+		return len(v.idx)
+	}
+	return len(v.items)
+}
+
+func (v *itemView) at(k int) *Item {
+	if v.idx != nil {
+		return &v.items[v.idx[k]]
+	}
+	return &v.items[k]
+}
+
+// slice returns the items as a slice, copying them if they are a subset.
+func (v *itemView) slice() []Item {
+	if v.idx == nil {
+		return v.items
+	}
+	out := make([]Item, len(v.idx))
+	for k, i := range v.idx {
+		out[k] = v.items[i]
+	}
+	return out
+}
+
+// extractor holds Extractive's working memory, which a caller summarizing
+// repeatedly may keep and reuse.
+type extractor struct {
+	lines []sumLine
+	arena []byte
+	out   []int32
+	words []word
+}
+
+// orderHint is what a caller may already know of the items to summarize:
+// whether they are in recency order and how many have each priority.
+type orderHint struct {
+	sorted bool
+	counts [bucketCount]int32
+}
+
+func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *orderHint) string {
 	if c == nil {
 		c = EstimateCounter{}
 	}
-	if len(items) == 0 || maxTokens <= 0 {
-		return "", nil
+	if items.len() == 0 || maxTokens <= 0 {
+		return ""
 	}
-	header := "[summary of " + strconv.Itoa(len(items)) + " items]"
+	header := "[summary of " + strconv.Itoa(items.len()) + " items]"
 	if t := c.Count(header); t < 0 || t > maxTokens {
-		return "", nil
+		return ""
 	}
 	m := newMeter(c, maxTokens)
 	left := m.budget - m.cost(header)
-	order, chrono := summaryOrder(items)
+	ord := newVisitOrder(items, hint)
 	minShare := minShareTokens * m.perToken
-	lines := make([]sumLine, 0, min(len(order), int(min(m.budget/minShare, 1<<16))+maxMisses+1))
+	lines := x.lines[:0]
 	// Lines are written into one arena as pass 1 finishes each; a line
 	// that grows later moves out on its own.
-	arena := make([]byte, 0, int(min(maxTokens, 1<<16))*4)
-	var scratch []byte
-	misses := 0                  // items in a row that got nothing
-	for rank, i := range order { // pass 1: facts, fair shares
-		if left <= m.nl || (left < minShare && misses >= maxMisses) {
+	arena := x.arena[:0]
+	if want := int(min(maxTokens, 1<<16)) * 4; cap(arena) < want {
+		arena = make([]byte, 0, want)
+	}
+	misses := 0               // items in a row that got nothing
+	for rank := 0; ; rank++ { // pass 1: facts, fair shares
+		if left <= m.nl || (left < minShare && misses >= maxMisses) || m.scanLeft <= 0 {
 			break // what is left goes to the lines already started
 		}
-		share := min(max(left/int64(len(order)-rank), minShare), left)
-		lines = append(lines, sumLine{idx: int(i), rank: rank, buf: scratch[:0]})
+		i, ok := ord.next()
+		if !ok {
+			break
+		}
+		m.scanLeft -= visitCost
+		share := min(max(left/int64(items.len()-rank), minShare), left)
+		// The line is written at the end of the arena; should it outgrow
+		// the arena, append moves it out.
+		if len(lines) == cap(lines) {
+			lines = slices.Grow(lines, 1)
+		}
+		lines = lines[:len(lines)+1]
 		l := &lines[len(lines)-1]
-		left -= m.fill(l, &items[l.idx], 0, share)
-		scratch = l.buf
+		*l = sumLine{} // zeroed in place, then set field by field: see addUnit
+		l.idx, l.rank, l.buf = i, int32(rank), arena[len(arena):len(arena)]
+		left -= m.fill(x, l, items.at(int(l.idx)), 0, share)
 		misses++
 		if !l.started {
 			l.buf = nil
 			continue
 		}
 		misses = 0
-		if n := len(l.buf); len(arena)+n <= cap(arena) {
-			arena = append(arena, l.buf...)
-			l.buf = arena[len(arena)-n : len(arena) : len(arena)]
-		} else {
-			l.buf = slices.Clone(l.buf)
+		if n := len(l.buf); n <= cap(arena)-len(arena) && &l.buf[0] == &arena[len(arena):cap(arena)][0] {
+			arena = arena[:len(arena)+n]
+			l.buf = l.buf[:n:n] // a later append moves it out
 		}
 	}
 	for k := range lines { // pass 2: facts, what is left
-		if left <= m.nl {
+		if left <= m.nl || m.scanLeft <= 0 {
 			break
 		}
-		left -= m.fill(&lines[k], &items[lines[k].idx], 0, left)
+		left -= m.fill(x, &lines[k], items.at(int(lines[k].idx)), 0, left)
 	}
 	for k := range lines { // pass 3: the other sentences, fair shares
-		if left <= m.nl {
+		if left <= m.nl || m.scanLeft <= 0 {
 			break
 		}
 		share := min(max(left/int64(len(lines)-k), minShare), left)
-		left -= m.fill(&lines[k], &items[lines[k].idx], 1, share)
+		left -= m.fill(x, &lines[k], items.at(int(lines[k].idx)), 1, share)
 	}
 	// Write the lines out oldest first.
-	var out []int32 // indices into lines
-	if chrono {     // the input is in recency order: no sort
-		at := make([]int32, len(items))
-		for k := range lines {
-			if lines[k].started {
-				at[lines[k].idx] = int32(k) + 1
-			}
+	out := x.out[:0]
+	for k := range lines {
+		if lines[k].started {
+			out = append(out, int32(k))
 		}
-		for _, k := range at {
-			if k != 0 {
-				out = append(out, k-1)
-			}
-		}
+	}
+	if ord.sorted { // input index is recency
+		slices.SortFunc(out, func(a, b int32) int { return cmp.Compare(lines[a].idx, lines[b].idx) })
 	} else {
-		for k := range lines {
-			if lines[k].started {
-				out = append(out, int32(k))
-			}
-		}
 		slices.SortFunc(out, func(a, b int32) int {
 			ia, ib := lines[a].idx, lines[b].idx
-			if c := cmp.Compare(items[ia].Seq, items[ib].Seq); c != 0 {
+			if c := cmp.Compare(items.at(int(ia)).Seq, items.at(int(ib)).Seq); c != 0 {
 				return c
 			}
 			return cmp.Compare(ia, ib)
@@ -197,7 +287,10 @@ func (Extractive) Summarize(items []Item, maxTokens int64, c Counter) (string, e
 		out = slices.Delete(out, worst, worst+1)
 		text = joinSummary(header, lines, out)
 	}
-	return text, nil
+	// Keep the buffers, dropping references to the items' memory.
+	clear(lines)
+	x.lines, x.arena, x.out = lines[:0], arena[:0], out[:0]
+	return text
 }
 
 func joinSummary(header string, lines []sumLine, out []int32) string {
@@ -226,17 +319,22 @@ type meter struct {
 	perToken int64 // working units per token
 	nl       int64 // cost of the newline between lines
 	sp       int64 // cost of the space between sentences
+	scanLeft int64 // bytes the summary may still scan
 }
 
 func newMeter(c Counter, maxTokens int64) *meter {
+	scan := int64(math.MaxInt64)
+	if maxTokens <= (math.MaxInt64-scanSlack)/scanPerToken {
+		scan = maxTokens*scanPerToken + scanSlack
+	}
 	if _, ok := c.(EstimateCounter); ok {
 		b := int64(math.MaxInt64)
 		if maxTokens <= math.MaxInt64/4 {
 			b = maxTokens * 4
 		}
-		return &meter{c: c, bytes: true, budget: b, perToken: 4, nl: 1, sp: 1}
+		return &meter{c: c, bytes: true, budget: b, perToken: 4, nl: 1, sp: 1, scanLeft: scan}
 	}
-	return &meter{c: c, budget: maxTokens, perToken: 1, nl: max(c.Count("\n"), 0), sp: max(c.Count(" "), 0)}
+	return &meter{c: c, budget: maxTokens, perToken: 1, nl: max(c.Count("\n"), 0), sp: max(c.Count(" "), 0), scanLeft: scan}
 }
 
 func (m *meter) cost(s string) int64 {
@@ -253,48 +351,18 @@ func (m *meter) costBytes(b []byte) int64 {
 	return max(m.c.Count(string(b)), 0)
 }
 
-// summaryOrder returns item indices by priority (most important first), then
-// recency (newest first), and whether the input is already in recency
-// order.
-func summaryOrder(items []Item) ([]int32, bool) {
-	order := make([]int32, 0, len(items))
-	sorted := true
-	for i := 1; i < len(items); i++ {
-		if items[i].Seq < items[i-1].Seq {
-			sorted = false
-			break
-		}
+// window is how many bytes one fill of room working units looks ahead.
+func (m *meter) window(room int64) int {
+	tokens := room / m.perToken
+	if tokens >= (1<<40)/windowPerToken {
+		return 1 << 40
 	}
-	if sorted { // the usual case: a counting sort by priority, no comparisons
-		var start [Background + 2]int32
-		for i := range items {
-			start[bucket(items[i].Priority)+1]++
-		}
-		for p := 1; p < len(start); p++ {
-			start[p] += start[p-1]
-		}
-		order = order[:len(items)]
-		for i := len(items) - 1; i >= 0; i-- { // newest first within a bucket
-			b := bucket(items[i].Priority)
-			order[start[b]] = int32(i)
-			start[b]++
-		}
-		return order, true
-	}
-	for i := range items {
-		order = append(order, int32(i))
-	}
-	slices.SortFunc(order, func(a, b int32) int {
-		if c := cmp.Compare(items[a].Priority, items[b].Priority); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(items[b].Seq, items[a].Seq); c != 0 {
-			return c
-		}
-		return cmp.Compare(b, a)
-	})
-	return order, false
+	return int(tokens*windowPerToken + windowSlack)
 }
+
+// bucketCount is the number of priority buckets: the five priorities and
+// one for anything invalid.
+const bucketCount = int(Background) + 1
 
 // bucket maps a priority to 0 (Critical) … 4 (Background), and anything
 // invalid to 5.
@@ -305,6 +373,79 @@ func bucket(p Priority) int {
 	return int(Background)
 }
 
+// visitOrder yields item indices by priority (most important first), then
+// recency (newest first). Items in recency order (the usual case) are not
+// sorted: each priority is walked from the newest item back, lazily, so
+// that the work follows the visit, which stops early.
+type visitOrder struct {
+	items  itemView
+	sorted bool
+	counts [bucketCount]int32 // items of each bucket not yet yielded
+	b      int                // current bucket
+	i      int                // next position to look at in it, going down
+	order  []int32            // the sorted order, when not sorted
+}
+
+func newVisitOrder(items itemView, hint *orderHint) *visitOrder {
+	n := items.len()
+	o := &visitOrder{items: items, i: n - 1}
+	if hint != nil {
+		o.sorted, o.counts = hint.sorted, hint.counts
+	} else {
+		o.sorted = true
+		for k := range n {
+			it := items.at(k)
+			o.counts[bucket(it.Priority)]++
+			if k > 0 && it.Seq < items.at(k-1).Seq {
+				o.sorted = false
+			}
+		}
+	}
+	if !o.sorted {
+		o.order = make([]int32, n)
+		for k := range o.order {
+			o.order[k] = int32(k)
+		}
+		slices.SortFunc(o.order, func(a, b int32) int {
+			ia, ib := items.at(int(a)), items.at(int(b))
+			if c := cmp.Compare(bucket(ia.Priority), bucket(ib.Priority)); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(ib.Seq, ia.Seq); c != 0 {
+				return c
+			}
+			return cmp.Compare(b, a)
+		})
+	}
+	return o
+}
+
+func (o *visitOrder) next() (int32, bool) {
+	if o.order != nil {
+		if len(o.order) == 0 {
+			return 0, false
+		}
+		k := o.order[0]
+		o.order = o.order[1:]
+		return k, true
+	}
+	for o.b < bucketCount {
+		if o.counts[o.b] > 0 {
+			for ; o.i >= 0; o.i-- {
+				if bucket(o.items.at(o.i).Priority) == o.b {
+					o.counts[o.b]--
+					k := o.i
+					o.i--
+					return int32(k), true
+				}
+			}
+		}
+		o.b++
+		o.i = o.items.len() - 1
+	}
+	return 0, false
+}
+
 // fill appends to l the sentences of one kind (0 facts, 1 the rest) of
 // its content, from where the last fill of that kind stopped, while they
 // fit in budget working units; it returns the units used. The first sentence
@@ -312,17 +453,34 @@ func bucket(p Priority) int {
 // has begun, it stops at the first sentence of either kind that does not
 // fit (so it rarely classifies what it cannot take); an empty line skips
 // other sentences to find its first fact, and shortens that fact sentence
-// around its facts if it is too long.
-func (m *meter) fill(l *sumLine, it *Item, kind int, budget int64) int64 {
+// around its facts if it is too long. It looks no further than m.window
+// ahead: a sentence running past that is too long to take whole.
+func (m *meter) fill(x *extractor, l *sumLine, it *Item, kind int, budget int64) int64 {
 	s := it.Content
 	var used int64
+	lim := len(s)
+	if w := m.window(budget); l.pos[kind] < len(s)-w {
+		lim = l.pos[kind] + w
+	}
 	for !l.exhausted[kind] {
-		if l.pos[kind] >= len(s) {
+		pos := l.pos[kind]
+		if pos >= len(s) {
 			l.exhausted[kind] = true
 			break
 		}
-		sn := l.scan(s, l.pos[kind])
-		if sn.a == sn.b {
+		if pos >= lim || m.scanLeft <= 0 {
+			break // looked far enough for this room
+		}
+		end := lim
+		if m.bytes && (l.started || kind == 1) {
+			// Here a sentence that does not fit ends the fill: no need to
+			// look further than the room (leading blanks aside) to know.
+			if room := int(budget-used-m.sp) + roomSlack; room >= 0 && pos < end-room {
+				end = pos + room
+			}
+		}
+		sn := l.scan(m, s, pos, end)
+		if sn.a == sn.b && !sn.clipped {
 			l.pos[kind] = sn.next
 			continue
 		}
@@ -335,6 +493,17 @@ func (m *meter) fill(l *sumLine, it *Item, kind int, budget int64) int64 {
 				open = max(m.c.Count("["+it.ID+"] "), 0) + m.nl
 			}
 		}
+		if sn.clipped {
+			// Too long to take whole with this room: an empty line keeps
+			// the facts within the window, and the item is done.
+			if !l.started && kind == 0 && end == lim && sn.isFact(s) {
+				if t := m.truncated(x, l, it, raw, budget-used, open, true); t > 0 {
+					l.exhausted = [2]bool{true, true}
+					used += t
+				}
+			}
+			return used
+		}
 		// What the sentence costs, known before copying unless whitespace
 		// must be collapsed.
 		cost := open
@@ -343,12 +512,12 @@ func (m *meter) fill(l *sumLine, it *Item, kind int, budget int64) int64 {
 		} else {
 			cost += max(m.c.Count(raw), 0)
 		}
-		if used+cost > budget && !(m.bytes && sn.irregular) {
+		if used+cost > budget && !(m.bytes && sn.isIrregular(s)) {
 			if l.started || kind == 1 {
 				return used
 			}
 			if sn.isFact(s) {
-				if t := m.truncated(l, it, raw, budget-used, open); t > 0 {
+				if t := m.truncated(x, l, it, raw, budget-used, open, false); t > 0 {
 					l.pos[kind] = sn.next
 					used += t
 				}
@@ -374,13 +543,14 @@ func (m *meter) fill(l *sumLine, it *Item, kind int, budget int64) int64 {
 		}
 		mark := len(l.buf)
 		l.openLine(it)
-		l.buf = appendCollapsed(l.buf, raw, sn.irregular)
-		if m.bytes && sn.irregular { // now measured exactly
+		irregular := sn.isIrregular(s)
+		l.buf = appendCollapsed(l.buf, raw, irregular)
+		if m.bytes && irregular { // now measured exactly
 			cost = int64(len(l.buf)-mark) + m.nl*b2i(!l.started)
 			if used+cost > budget {
 				l.buf = l.buf[:mark]
 				if !l.started && kind == 0 {
-					if t := m.truncated(l, it, raw, budget-used, open); t > 0 {
+					if t := m.truncated(x, l, it, raw, budget-used, open, false); t > 0 {
 						l.pos[kind] = sn.next
 						used += t
 					}
@@ -411,15 +581,16 @@ func (l *sumLine) openLine(it *Item) {
 }
 
 // truncated starts l with a shortened form of a fact sentence too long for
-// left units, and returns the units used, or 0 if nothing fits.
-func (m *meter) truncated(l *sumLine, it *Item, raw string, left, open int64) int64 {
+// left units, and returns the units used, or 0 if nothing fits. clipped
+// says raw is only the start of the sentence.
+func (m *meter) truncated(x *extractor, l *sumLine, it *Item, raw string, left, open int64, clipped bool) int64 {
 	if left-open < minTruncTokens*m.perToken {
 		return 0 // no room for a fact worth keeping
 	}
 	mark := len(l.buf)
 	l.openLine(it)
 	body := len(l.buf)
-	l.buf = appendTruncated(l.buf, raw, left-open, m)
+	l.buf = x.appendTruncated(l.buf, raw, left-open, m, clipped)
 	if len(l.buf) == body {
 		l.buf = l.buf[:mark]
 		return 0
@@ -438,17 +609,20 @@ func b2i(b bool) int64 {
 	return 0
 }
 
+// word is a word of a sentence being shortened.
+type word struct {
+	s    string
+	fact bool
+}
+
 // appendTruncated appends a shortened form of a sentence too long for its
 // share, costing at most left. Facts come first: every word holding one is
 // kept verbatim, with as many of the other words, from the start, as fit;
 // each run of words left out becomes "…". If the fact words alone do not
-// fit, as many as fit are kept, in order, followed by "…".
-func appendTruncated(buf []byte, sentence string, left int64, m *meter) []byte {
-	type word struct {
-		s    string
-		fact bool
-	}
-	var words []word
+// fit, as many as fit are kept, in order, followed by "…". clipped says the
+// sentence goes on beyond sentence: its end is marked "…" too.
+func (x *extractor) appendTruncated(buf []byte, sentence string, left int64, m *meter, clipped bool) []byte {
+	words := x.words[:0]
 	nonFacts := 0
 	for i := 0; i < len(sentence); {
 		for i < len(sentence) && isSpace[sentence[i]] {
@@ -467,6 +641,7 @@ func appendTruncated(buf []byte, sentence string, left int64, m *meter) []byte {
 		}
 		i = j
 	}
+	defer func() { clear(words); x.words = words[:0] }()
 	mark := len(buf)
 	// build appends the words kept when the first k non-fact words are, and
 	// at most maxFacts fact words; it reports whether the result fits.
@@ -498,7 +673,7 @@ func appendTruncated(buf []byte, sentence string, left int64, m *meter) []byte {
 		if len(buf) == mark {
 			return false // nothing kept
 		}
-		if gap {
+		if gap || clipped {
 			buf = append(buf, " …"...)
 		}
 		return m.costBytes(buf[mark:]) <= left

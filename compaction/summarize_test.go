@@ -184,3 +184,22 @@ func TestExtractiveProperties(t *testing.T) {
 		}
 	})
 }
+
+func TestExtractiveScansBoundedByShare(t *testing.T) {
+	// One sentence of over a megabyte, its fact near the start.
+	long := "Build 4711 started " + strings.Repeat("and went on ", 100_000)
+	items := []Item{{ID: "x", Priority: Medium, Seq: 1, Content: long}}
+	m := newMeter(EstimateCounter{}, 50)
+	var x extractor
+	l := &sumLine{}
+	used := m.fill(&x, l, &items[0], 0, 200)
+	require.Positive(t, used)
+	assert.LessOrEqual(t, l.last.next, m.window(200), "scanned no further than its window")
+	assert.True(t, strings.HasPrefix(string(l.buf), "[x] Build 4711"), string(l.buf))
+	assert.True(t, strings.HasSuffix(string(l.buf), " …"), "the cut is marked")
+
+	s, err := Extractive{}.Summarize(items, 50, nil)
+	require.NoError(t, err)
+	assert.Contains(t, s, "4711")
+	assert.LessOrEqual(t, EstimateCounter{}.Count(s), int64(50))
+}

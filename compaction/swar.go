@@ -1,6 +1,9 @@
 package compaction
 
-import "math/bits"
+import (
+	"math/bits"
+	"unicode/utf8"
+)
 
 // Byte scanning eight bytes at a time ("SIMD within a register"). Context
 // contents are scanned on every pack that must shrink, so whitespace checks
@@ -48,31 +51,30 @@ func compress(m uint64) uint64 { return ((m >> 7) * 0x0102040810204080) >> 56 }
 // ' ' (or a lone '\n' when newlines are allowed) between other bytes: a run,
 // a tab, a carriage return. Control bytes below 0x21 are reported too (a
 // false alarm the callers tolerate). Leading and trailing bytes are not
-// checked.
+// checked. One branch per eight bytes.
 func irregularSpace(s string, allowNL bool) bool {
-	var prevLast uint64 // high bit: the previous word's last byte was small
+	var nlOK uint64 // msb in each byte where '\n' is allowed
+	if allowNL {
+		nlOK = msb
+	}
+	var carry uint64 // msb of byte 0: the previous word's last byte was small
 	i := 0
-	for ; i < len(s); i += 8 {
-		var x uint64
-		if i+8 <= len(s) {
-			x = load8(s, i)
-		} else {
-			x = loadTail(s, i)
-			x |= ^uint64(0) << (8 * uint(len(s)-i)) & msb // padding is not small
-		}
+	for ; i+8 <= len(s); i += 8 {
+		x := load8(s, i)
 		small := ltBytes(x, 0x21)
-		if small == 0 {
-			prevLast = 0
-			continue
+		if sp := eqBytes(x, ' '); small != sp && small&^(sp|eqBytes(x, '\n')&nlOK) != 0 {
+			return true // a small byte that is neither ' ' nor an allowed '\n'
 		}
-		ok := eqBytes(x, ' ')
-		if allowNL {
-			ok |= eqBytes(x, '\n')
+		if small&(small<<8|carry) != 0 {
+			return true // two in a row
 		}
-		if small&^ok != 0 || small&(small<<8) != 0 || (small&0x80 != 0 && prevLast != 0) {
-			return true
-		}
-		prevLast = small >> 63
+		carry = small >> 56
+	}
+	if i < len(s) {
+		x := loadTail(s, i) | ^uint64(0)<<(8*uint(len(s)-i))&msb // padding is not small
+		small := ltBytes(x, 0x21)
+		ok := eqBytes(x, ' ') | eqBytes(x, '\n')&nlOK
+		return small&^ok|small&(small<<8|carry) != 0
 	}
 	return false
 }
@@ -82,51 +84,59 @@ func irregularSpace(s string, allowNL bool) bool {
 // '.', '!' or '?' followed by whitespace or the end, so "v1.2", "main.go"
 // and URLs stay whole; next is where the following one starts. irregular
 // reports whitespace inside that appendCollapsed would rewrite (or, rarely,
-// a control byte or trailing blanks: a false alarm that only costs a slower
-// path). One pass, eight bytes at a time.
+// a control byte: a false alarm that only costs a slower path).
 func scanSentence(s string, i int) (a, b, next int, irregular bool) {
-	for i < len(s) && isSpace[s[i]] && s[i] != '\n' {
+	a, b, next, _ = scanSentenceUpTo(s, i, len(s))
+	return a, b, next, irregularSpace(s[a:b], false)
+}
+
+// scanSentenceUpTo is scanSentence looking no further than lim (<= len(s)),
+// without the whitespace check (the caller makes it on the sentences it
+// takes). If the sentence does not end before lim, it is clipped: s[a:b] is
+// its part before lim, cut back to the last whitespace if it has one (so
+// that it ends with a whole word), and next is lim. One pass, eight bytes at
+// a time.
+func scanSentenceUpTo(s string, i, lim int) (a, b, next int, clipped bool) {
+	for i < lim && isSpace[s[i]] && s[i] != '\n' {
 		i++
 	}
 	a = i
-	var prevLast uint64
-	for ; i < len(s); i += 8 {
+	for ; i < lim; i += 8 {
 		var x uint64
 		if i+8 <= len(s) {
 			x = load8(s, i)
 		} else {
-			x = loadTail(s, i)
-			x |= ^uint64(0) << (8 * uint(len(s)-i)) & msb // padding is neither small nor a stop
+			x = loadTail(s, i) // padding is 0: not a stop
 		}
-		end, found := -1, false
 		for stop := eqBytes(x, '\n') | eqBytes(x, '.') | eqBytes(x, '!') | eqBytes(x, '?'); stop != 0; stop &= stop - 1 {
 			k := i + bits.TrailingZeros64(stop)>>3
-			if s[k] == '\n' {
-				end, next, found = k, k+1, true
+			if k >= lim {
 				break
+			}
+			if s[k] == '\n' {
+				return a, trimEnd(s, a, k), k + 1, false
 			}
 			if k+1 == len(s) || isSpace[s[k+1]] {
-				end, next, found = k+1, k+1, true
-				break
+				return a, trimEnd(s, a, k+1), k + 1, false
 			}
-		}
-		if !irregular {
-			small := ltBytes(x, 0x21)
-			if found {
-				small &= uint64(1)<<(8*uint(end-i)) - 1 // only bytes before the end
-			}
-			if small != 0 {
-				irregular = small&^eqBytes(x, ' ') != 0 || small&(small<<8) != 0 || (small&0x80 != 0 && prevLast != 0)
-				prevLast = small >> 63
-			} else {
-				prevLast = 0
-			}
-		}
-		if found {
-			return a, trimEnd(s, a, end), next, irregular
 		}
 	}
-	return a, trimEnd(s, a, len(s)), len(s), irregular
+	if lim >= len(s) {
+		return a, trimEnd(s, a, len(s)), len(s), false
+	}
+	b = lim
+	for k := lim; k > a; k-- {
+		if isSpace[s[k-1]] {
+			b = k
+			break
+		}
+	}
+	if b == lim { // one word up to lim: cut on a rune boundary
+		for b > a && !utf8.RuneStart(s[b]) {
+			b--
+		}
+	}
+	return a, trimEnd(s, a, b), lim, true
 }
 
 // hasFact reports whether a sentence holds an exact fact: a digit; one of

@@ -121,9 +121,13 @@ func openBolt(path string, o resolvedOptions) (db *bolt.DB, err error) {
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
 	return bolt.Open(path, o.FileMode, &bolt.Options{
-		Timeout:         o.OpenTimeout,
-		NoSync:          o.NoSync,
-		FreelistType:    bolt.FreelistMapType,
+		Timeout:      o.OpenTimeout,
+		NoSync:       o.NoSync,
+		FreelistType: bolt.FreelistMapType,
+		// NoFreelistSync would save a page write per commit, but Open would
+		// then rebuild the freelist by walking every page in a goroutine of
+		// bbolt's own, where a damaged page crashes the process instead of
+		// becoming ErrCorrupt (TestBoltSurvivesPageDamage). Kept off.
 		PageSize:        o.PageSize,
 		InitialMmapSize: o.InitialMmapSize,
 	})
@@ -338,6 +342,36 @@ func (s *BoltStore) Append(ctx context.Context, stream string, expected int64, e
 	return res, err
 }
 
+// AppendAsync is Append without the wait, for callers that must not block
+// a goroutine per append (an actor with many scopes in flight): done is
+// called exactly once with what Append would have returned — on the
+// committer's goroutine after the commit, or on the caller's goroutine if
+// the append is refused before it is queued. done must be quick and must
+// not block or call the store: it runs while the committer waits.
+func (s *BoltStore) AppendAsync(ctx context.Context, stream string, expected int64, events []Event, done func(AppendResult, error)) {
+	if s.closedFlag.Load() {
+		done(AppendResult{}, ErrClosed)
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		done(AppendResult{}, err)
+		return
+	}
+	r := getRequest()
+	var err error
+	r.buf, r.ends, err = encodeAppend(r.buf, r.ends, stream, expected, events, &s.opts.Limits)
+	if err != nil {
+		putRequest(r)
+		done(AppendResult{}, err)
+		return
+	}
+	r.kind, r.ctx, r.stream, r.expected, r.cb = reqAppend, ctx, stream, expected, done
+	if err := s.enqueue(ctx, r); err != nil {
+		putRequest(r)
+		done(AppendResult{}, err)
+	}
+}
+
 // SaveSnapshot implements Store. The snapshot goes through the committer,
 // so it is durable and atomic like an append, and its version is checked
 // against the stream's head as of that commit.
@@ -365,6 +399,16 @@ func (s *BoltStore) SaveSnapshot(ctx context.Context, stream string, snap Snapsh
 
 // submit queues r and waits for the committer's answer.
 func (s *BoltStore) submit(ctx context.Context, r *request) error {
+	if err := s.enqueue(ctx, r); err != nil {
+		return err
+	}
+	<-r.done
+	return nil
+}
+
+// enqueue hands r to the committer; after a nil return the committer owns
+// r until it answers.
+func (s *BoltStore) enqueue(ctx context.Context, r *request) error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -381,7 +425,6 @@ func (s *BoltStore) submit(ctx context.Context, r *request) error {
 		return ctx.Err()
 	}
 	s.mu.RUnlock()
-	<-r.done
 	return nil
 }
 

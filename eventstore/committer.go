@@ -35,6 +35,21 @@ type request struct {
 	err   error
 	wrote bool // the request's writes are part of the transaction
 	done  chan struct{}
+	// cb, when set, is called with the outcome instead of signalling done
+	// (AppendAsync); the request is recycled before cb runs.
+	cb func(AppendResult, error)
+}
+
+// answer hands the outcome to whoever waits for it. The committer never
+// touches r afterwards.
+func (r *request) answer() {
+	if cb := r.cb; cb != nil {
+		res, err := r.res, r.err
+		putRequest(r)
+		cb(res, err)
+		return
+	}
+	r.done <- struct{}{}
 }
 
 // maxPooledBuf keeps unusually large encode buffers out of the pool.
@@ -140,7 +155,7 @@ func (s *BoltStore) commit(batch []*request) {
 	if cause := s.failed.Load(); cause != nil {
 		for _, r := range batch {
 			r.err = &commitError{cause: *cause}
-			r.done <- struct{}{}
+			r.answer()
 		}
 		return
 	}
@@ -164,7 +179,7 @@ func (s *BoltStore) commit(batch []*request) {
 		}
 	}
 	for _, r := range batch {
-		r.done <- struct{}{}
+		r.answer()
 	}
 }
 

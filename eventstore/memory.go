@@ -364,3 +364,9 @@ func (m *MemoryStore) Close() error {
 	m.closedFlag.Store(true)
 	return nil
 }
+
+// AppendAsync implements AsyncAppender: the memory store appends at once
+// and calls done before returning.
+func (m *MemoryStore) AppendAsync(ctx context.Context, stream string, expected int64, events []Event, done func(AppendResult, error)) {
+	done(m.Append(ctx, stream, expected, events))
+}

@@ -101,3 +101,10 @@ type Store interface {
 	// idempotent.
 	Close() error
 }
+
+// AsyncAppender is implemented by stores that can report an append's
+// outcome through a callback instead of blocking the caller (BoltStore,
+// MemoryStore). done is called exactly once and must not block.
+type AsyncAppender interface {
+	AppendAsync(ctx context.Context, stream string, expected int64, events []Event, done func(AppendResult, error))
+}

@@ -107,6 +107,9 @@ func applyPushed(s *State, e *FramePushed, version int64) error {
 	if err := e.Budget.Validate(); err != nil {
 		return inconsistent("pushed budget: %v", err)
 	}
+	if e.Budget.Used != 0 || e.Budget.SubcallAllocation != 0 {
+		return inconsistent("a new frame's budget has used %d and subcall allocation %d", e.Budget.Used, e.Budget.SubcallAllocation)
+	}
 	var parent *Frame
 	pb := budget.TokenBudget{}
 	if e.ParentID != "" {
@@ -114,8 +117,8 @@ func applyPushed(s *State, e *FramePushed, version int64) error {
 		if parent == nil || (parent.Status != StatusActive && parent.Status != StatusWaiting) {
 			return inconsistent("parent %q cannot take children", e.ParentID)
 		}
-		if e.Depth != parent.Depth+1 {
-			return inconsistent("depth %d under parent depth %d", e.Depth, parent.Depth)
+		if e.Depth != parent.Depth+1 || e.Depth > parent.Budget.MaxSubframeDepth {
+			return inconsistent("depth %d under parent depth %d (max %d)", e.Depth, parent.Depth, parent.Budget.MaxSubframeDepth)
 		}
 		pb = parent.Budget
 		if err := pb.AllocateForSubcall(e.Budget.Total); err != nil {
@@ -127,6 +130,7 @@ func applyPushed(s *State, e *FramePushed, version int64) error {
 	if parent != nil {
 		parent.Budget = pb
 		parent.Cost.Spawns++
+		parent.LiveKids++
 		parent.Children = append(parent.Children, e.Frame)
 		parent.Status = StatusWaiting
 	}
@@ -171,7 +175,7 @@ func applyPopped(s *State, e *FramePopped) error {
 	if !e.Status.Terminal() {
 		return inconsistent("pop to %s", e.Status)
 	}
-	if n := len(s.LiveChildren(f)); n > 0 {
+	if n := f.LiveKids; n > 0 {
 		return inconsistent("frame %q popped with %d live children", f.ID, n)
 	}
 	parent := s.Frames[f.ParentID]
@@ -195,7 +199,10 @@ func applyPopped(s *State, e *FramePopped) error {
 	f.Status = e.Status
 	f.CompletedAt = e.At
 	f.Suspension = nil
-	if parent != nil && parent.Status == StatusWaiting && len(s.LiveChildren(parent)) == 0 {
+	if parent != nil {
+		parent.LiveKids--
+	}
+	if parent != nil && parent.Status == StatusWaiting && parent.LiveKids == 0 {
 		parent.Status = StatusActive
 	}
 	return nil
@@ -238,7 +245,7 @@ func applyResumed(s *State, e *FrameResumed) error {
 	tok.Used = true
 	f.Suspension = nil
 	f.Status = StatusActive
-	if len(s.LiveChildren(f)) > 0 {
+	if f.LiveKids > 0 {
 		f.Status = StatusWaiting
 	}
 	return nil
@@ -342,6 +349,9 @@ func applyUsage(s *State, e *UsageRecorded) error {
 	}
 	if err := e.Cost.Validate(); err != nil {
 		return inconsistent("usage: %v", err)
+	}
+	if e.Cost.Spawns != 0 {
+		return inconsistent("usage records %d spawns (pushes count them)", e.Cost.Spawns)
 	}
 	cost, err := f.Cost.Plus(e.Cost)
 	if err != nil {

@@ -260,13 +260,13 @@ func (d decider) pop(c *PopFrame) ([]Event, error) {
 	}
 	walk(f)
 	if len(order) > 1 && !c.Cascade {
-		return nil, fmt.Errorf("%w: %q has %d live children (pop with cascade to cancel them)", ErrLiveChildren, f.ID, len(d.s.LiveChildren(f)))
+		return nil, fmt.Errorf("%w: %q has %d live children (pop with cascade to cancel them)", ErrLiveChildren, f.ID, f.LiveKids)
 	}
 	scratch := map[string]*settled{}
 	get := func(x *Frame) *settled {
 		st := scratch[x.ID]
 		if st == nil {
-			st = &settled{used: x.Budget.Used, subcall: x.Budget.SubcallAllocation, cost: x.Cost, children: len(d.s.LiveChildren(x))}
+			st = &settled{used: x.Budget.Used, subcall: x.Budget.SubcallAllocation, cost: x.Cost, children: int(x.LiveKids)}
 			scratch[x.ID] = st
 		}
 		return st
@@ -360,6 +360,9 @@ func (d decider) checkHandle(f *Frame, h *ContextHandle, extra int) error {
 		return err
 	}
 	if err := budget.NonNegative("handle tokens", h.Tokens); err != nil {
+		return err
+	}
+	if err := budget.NonNegative("handle light tokens", h.LightTokens); err != nil {
 		return err
 	}
 	if h.Group != "" {

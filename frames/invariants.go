@@ -66,6 +66,9 @@ func CheckInvariants(s *State) error {
 				live++
 			}
 		}
+		if int64(live) != f.LiveKids {
+			return bad("frame %q counts %d live children, has %d", id, f.LiveKids, live)
+		}
 		if allocated != f.Budget.SubcallAllocation {
 			return bad("frame %q allocates %d but its live children hold %d", id, f.Budget.SubcallAllocation, allocated)
 		}

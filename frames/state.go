@@ -106,8 +106,12 @@ func (s *State) Ancestry(id string) []*Frame {
 	return path
 }
 
-// LiveChildren returns f's children that are still live.
+// LiveChildren returns f's children that are still live. It scans every
+// child f ever had: use f.LiveKids when only the count matters.
 func (s *State) LiveChildren(f *Frame) []*Frame {
+	if f.LiveKids == 0 {
+		return nil
+	}
 	var out []*Frame
 	for _, id := range f.Children {
 		if c := s.Frames[id]; c != nil && c.Status.Live() {

@@ -93,15 +93,18 @@ func (r SuspendReason) Valid() bool {
 // tool call or result, a summary. Content is kept inline; Tokens is its size
 // under the server's counter when it was added.
 type ContextHandle struct {
-	ID        string              `msgpack:"id"`
-	Kind      string              `msgpack:"k"`
-	Priority  compaction.Priority `msgpack:"p"`
-	Content   string              `msgpack:"c"`
-	Tokens    int64               `msgpack:"t"`
-	CreatedAt int64               `msgpack:"at"` // unix nanoseconds, server time
-	Seq       int64               `msgpack:"q"`  // scope version that added it: recency
-	Group     string              `msgpack:"g,omitempty"`
-	Covers    []string            `msgpack:"cv,omitempty"` // a summary's source handles
+	ID       string              `msgpack:"id"`
+	Kind     string              `msgpack:"k"`
+	Priority compaction.Priority `msgpack:"p"`
+	Content  string              `msgpack:"c"`
+	Tokens   int64               `msgpack:"t"`
+	// LightTokens is Tokens after whitespace normalization (compaction's
+	// Light level), counted once when the handle is added; 0 if unknown.
+	LightTokens int64    `msgpack:"lt,omitempty"`
+	CreatedAt   int64    `msgpack:"at"` // unix nanoseconds, server time
+	Seq         int64    `msgpack:"q"`  // scope version that added it: recency
+	Group       string   `msgpack:"g,omitempty"`
+	Covers      []string `msgpack:"cv,omitempty"` // a summary's source handles
 }
 
 // ResultRef points at a result a frame produced.
@@ -157,6 +160,9 @@ type Frame struct {
 	PushSeq     int64              `msgpack:"ps"` // scope version of frame.pushed
 	// ContextTokens is the sum of the live handles' Tokens.
 	ContextTokens int64 `msgpack:"ct"`
+	// LiveKids counts the children that are still live, so that a pop
+	// need not scan every child a long-lived frame ever had.
+	LiveKids int64 `msgpack:"lk"`
 
 	handleIdx map[string]int // id -> index in Handles; rebuilt when stale
 }

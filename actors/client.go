@@ -23,15 +23,25 @@ type Client struct {
 	route   func(scope string) *actor.PID
 	timeout time.Duration
 	newID   func() string
+	// send, when set, carries each request instead of a local future to
+	// route(scope): remote PIDs and the cluster (remote.go, cluster.go). It
+	// returns the reply as received, or an error of this package.
+	send func(ctx context.Context, req messages.Request, timeout time.Duration) (any, error)
 }
 
-// NewClient returns a Client that sends every request to pid (for example a
-// Server's PID, possibly on another node).
+// NewClient returns a Client that sends every request to pid: a Server's
+// PID, or a StateIndex on another node (RemotePID; the actor system must
+// run remoting, see RemoteConfig), whose requests and replies then travel
+// as actors/wire messages.
 func NewClient(root *actor.RootContext, pid *actor.PID, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = DefaultConfig().RequestTimeout
 	}
-	return &Client{root: root, timeout: timeout, newID: NewID, route: func(string) *actor.PID { return pid }}
+	c := &Client{root: root, timeout: timeout, newID: NewID, route: func(string) *actor.PID { return pid }}
+	if isRemote(root.ActorSystem(), pid) {
+		c.send = remoteSend(root.ActorSystem(), func(string) (*actor.PID, error) { return pid, nil }, 0)
+	}
+	return c
 }
 
 func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request) (R, error) {
@@ -49,25 +59,13 @@ func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request
 			return zero, fmt.Errorf("%w: %w", ErrTimeout, context.DeadlineExceeded)
 		}
 	}
-	f := c.root.RequestFuture(c.route(req.ScopeName()), req, timeout)
-	var res any
-	var err error
-	if ctx.Done() == nil {
-		res, err = f.Result()
-	} else {
-		done := make(chan struct{})
-		go func() { res, err = f.Result(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return zero, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-		}
+	send := c.send
+	if send == nil {
+		send = c.request
 	}
+	res, err := send(ctx, req, timeout)
 	if err != nil {
-		if errors.Is(err, actor.ErrTimeout) {
-			return zero, ErrTimeout
-		}
-		return zero, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return zero, err
 	}
 	if r, ok := res.(R); ok {
 		if e := r.Failure(); e != nil {
@@ -79,6 +77,32 @@ func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request
 		return zero, r.Failure()
 	}
 	return zero, messages.Errorf(messages.CodeInternal, "unexpected reply %T to %T", res, req)
+}
+
+// request sends req to its shard's PID in this actor system and waits for
+// the reply.
+func (c *Client) request(ctx context.Context, req messages.Request, timeout time.Duration) (any, error) {
+	f := c.root.RequestFuture(c.route(req.ScopeName()), req, timeout)
+	var res any
+	var err error
+	if ctx.Done() == nil {
+		res, err = f.Result()
+	} else {
+		done := make(chan struct{})
+		go func() { res, err = f.Result(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		}
+	}
+	if err != nil {
+		if errors.Is(err, actor.ErrTimeout) {
+			return nil, ErrTimeout
+		}
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return res, nil
 }
 
 // PushFrame creates a frame.

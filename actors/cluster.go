@@ -1,0 +1,578 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+
+	"github.com/stateindex/stateindex/actors/wire"
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// This file places the StateIndex on a Proto.Actor cluster (DESIGN §5).
+//
+// Placement: a scope's home is a stable function of the scope and the
+// *configured* storage members (HomeOf, rendezvous hashing over their
+// names), never of who is alive. Each storage member registers a cluster
+// kind of its own, "stateindex@<member>", whose grains are its shards
+// ("0".."Shards-1"); a Client maps scope → home member → shard and asks the
+// cluster for that grain. While the home is down its kind has no member
+// and the scope is unavailable — quickly, with a clear error — rather than
+// re-homed to a member that does not hold its data, which would fork its
+// history. Each member refuses scopes whose home it is not, and records its
+// name, the member list and its shard count in its data file so that a
+// misconfigured restart refuses to start.
+//
+// The cluster's own placement gives no single-activation guarantee while
+// membership changes; none is needed: the store's expected version makes a
+// second writer of a scope fail instead of forking it, and request ids make
+// the retries safe.
+
+// ClusterConfig describes a StateIndex cluster. Every member and every
+// client must use the same Name, Members and Shards.
+type ClusterConfig struct {
+	// Name is the cluster's name.
+	Name string
+	// Members are the storage members' names: their advertised remoting
+	// addresses (host:port, as given to `stateindex serve --listen`).
+	// Each one also serves its health endpoint, which the automanaged
+	// provider polls, on the next port (see HealthAddress).
+	Members []string
+	// Shards is the number of shards (grains) of each member; default 16.
+	Shards int
+	// HealthInterval is how often every node polls every member's health
+	// endpoint: a member that stops answering is marked down after about
+	// one interval. Default one second.
+	HealthInterval time.Duration
+	// MaxMessageBytes bounds one encoded request or reply (default
+	// wire.DefaultMaxBytes, 1 MiB).
+	MaxMessageBytes int
+	// RequestTimeout is a Client's deadline when its context has none
+	// (default DefaultConfig().RequestTimeout).
+	RequestTimeout time.Duration
+	// Logger receives a line each time a storage member comes up or goes
+	// down, as this node sees it (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (cc ClusterConfig) withDefaults() (ClusterConfig, error) {
+	if cc.Name == "" {
+		return cc, errors.New("actors: the cluster needs a name")
+	}
+	if len(cc.Members) == 0 {
+		return cc, errors.New("actors: the cluster needs its list of storage members")
+	}
+	cc.Members = slices.Clone(cc.Members)
+	slices.Sort(cc.Members)
+	for i, m := range cc.Members {
+		if _, err := HealthAddress(m); err != nil {
+			return cc, err
+		}
+		if i > 0 && cc.Members[i-1] == m {
+			return cc, fmt.Errorf("actors: member %s is listed twice", m)
+		}
+	}
+	if cc.Shards <= 0 {
+		cc.Shards = DefaultConfig().Shards
+	}
+	if cc.HealthInterval <= 0 {
+		cc.HealthInterval = time.Second
+	}
+	if cc.MaxMessageBytes <= 0 {
+		cc.MaxMessageBytes = wire.DefaultMaxBytes
+	}
+	if cc.RequestTimeout <= 0 {
+		cc.RequestTimeout = DefaultConfig().RequestTimeout
+	}
+	if cc.Logger == nil {
+		cc.Logger = slog.Default()
+	}
+	return cc, nil
+}
+
+// HealthAddress is the address of member's health endpoint: the member's
+// port plus one, on the same host.
+func HealthAddress(member string) (string, error) {
+	host, port, err := splitAddress(member)
+	if err != nil {
+		return "", err
+	}
+	if port >= 65535 {
+		return "", fmt.Errorf("actors: member %s: no port left for its health endpoint", member)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port+1)), nil
+}
+
+func splitAddress(member string) (string, int, error) {
+	host, p, err := net.SplitHostPort(member)
+	if err != nil {
+		return "", 0, fmt.Errorf("actors: member %q is not host:port: %w", member, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, fmt.Errorf("actors: member %q: port must be 1..65535", member)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return "", 0, fmt.Errorf("actors: member %q: give the address others reach it at, not %q", member, host)
+	}
+	return host, port, nil
+}
+
+// HomeOf returns the member among members that is scope's home: the one
+// with the highest rendezvous score for it. It depends only on the scope
+// and the configured list (not its order), so it never changes while the
+// list stays the same, whoever is alive.
+func HomeOf(scope string, members []string) string {
+	var best string
+	var bestScore uint64
+	for _, m := range members {
+		h := fnv.New64a()
+		h.Write([]byte(m))
+		h.Write([]byte{0})
+		h.Write([]byte(scope))
+		s := mix64(h.Sum64())
+		if best == "" || s > bestScore || (s == bestScore && m < best) {
+			best, bestScore = m, s
+		}
+	}
+	return best
+}
+
+// mix64 is splitmix64's finalizer: FNV alone scores similar strings alike.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// KindOf is the cluster kind under which member serves its scopes.
+func KindOf(member string) string { return "stateindex@" + member }
+
+// ClusterNode is this process's place in a StateIndex cluster: a storage
+// member (StartMember), which serves the scopes whose home it is, or a
+// client (JoinCluster). Either gives Clients that reach every scope.
+type ClusterNode struct {
+	sys      *actor.ActorSystem
+	cl       *cluster.Cluster
+	cc       ClusterConfig
+	self     string
+	srv      *Server
+	gateway  *actor.PID
+	provider *automanaged.AutoManagedProvider
+	router   *clusterRouter
+	stopOnce sync.Once
+}
+
+// StartMember starts the StateIndex on store as storage member self of the
+// cluster cc: it checks (and on first use records) the data file's
+// identity, starts the shards (cc.Shards of them; cfg.Shards is ignored),
+// exposes them as the grains of kind KindOf(self) and as RemotePID(self),
+// and joins the cluster (Proto.Actor's StartMember takes about a second).
+// The store stays the caller's: close it after Stop.
+func StartMember(sys *actor.ActorSystem, store eventstore.Store, cfg Config, cc ClusterConfig, self string) (*ClusterNode, error) {
+	cc, err := cc.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(cc.Members, self) {
+		return nil, fmt.Errorf("actors: %s is not one of the cluster's members %v", self, cc.Members)
+	}
+	if err := claimIdentity(store, cc, self); err != nil {
+		return nil, err
+	}
+	cfg.Shards = cc.Shards
+	srv, err := Start(sys, store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	owns := func(scope string) (string, bool) {
+		home := HomeOf(scope, cc.Members)
+		return home, home == self
+	}
+	n := &ClusterNode{sys: sys, cc: cc, self: self, srv: srv}
+	kind := cluster.NewKind(KindOf(self), actor.PropsFromProducer(func() actor.Actor {
+		return &gateway{srv: srv, limit: cc.MaxMessageBytes, owns: owns}
+	}))
+	if err := n.join(self, true, kind); err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	if n.gateway, err = srv.expose(cc.MaxMessageBytes, owns); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	return n, nil
+}
+
+// JoinCluster joins the cluster cc as a client that serves no scopes,
+// reachable for replies at listen (host:port; port 0 picks a free one).
+func JoinCluster(sys *actor.ActorSystem, cc ClusterConfig, listen string) (*ClusterNode, error) {
+	cc, err := cc.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := &ClusterNode{sys: sys, cc: cc}
+	if err := n.join(listen, false, nil); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// claimIdentity checks the data file's recorded identity, or records it,
+// when the store keeps one. A file without one that holds scopes homed
+// elsewhere (a standalone server's) is refused: joining would hide them.
+func claimIdentity(store eventstore.Store, cc ClusterConfig, self string) error {
+	ids, ok := store.(interface {
+		Identity(context.Context) (eventstore.Identity, bool, error)
+		ClaimIdentity(context.Context, eventstore.Identity) error
+	})
+	if !ok {
+		return nil
+	}
+	ctx := context.Background()
+	_, has, err := ids.Identity(ctx)
+	if err != nil {
+		return err
+	}
+	if !has {
+		var foreign []string
+		total := 0
+		err := store.Streams(ctx, func(info eventstore.StreamInfo) error {
+			total++
+			if HomeOf(info.Stream, cc.Members) != self && len(foreign) < 3 {
+				foreign = append(foreign, info.Stream)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(foreign) > 0 {
+			return fmt.Errorf("actors: the data file holds %d scopes and no cluster identity, and some (%v…) have their home on another member: "+
+				"it was written by a standalone server, and joining the cluster as %s would hide them; a file's scopes cannot be re-homed yet", total, foreign, self)
+		}
+	}
+	return ids.ClaimIdentity(ctx, eventstore.Identity{Cluster: cc.Name, Member: self, Members: cc.Members, Shards: cc.Shards})
+}
+
+// join starts remoting on addr and the cluster with the automanaged
+// provider and the disthash identity grainLookup.
+func (n *ClusterNode) join(addr string, member bool, kind *cluster.Kind) (err error) {
+	host, port, err := splitListen(addr)
+	if err != nil {
+		return err
+	}
+	if err := checkListen(net.JoinHostPort(host, strconv.Itoa(port))); err != nil {
+		return err
+	}
+	var hosts []string
+	for _, m := range n.cc.Members {
+		h, _ := HealthAddress(m)
+		hosts = append(hosts, h)
+	}
+	healthPort := 0
+	if member {
+		healthPort = port + 1
+		// automanaged listens on every interface and only logs a failure.
+		if err := checkListen(net.JoinHostPort("", strconv.Itoa(healthPort))); err != nil {
+			return fmt.Errorf("actors: the health endpoint of %s: %w", addr, err)
+		}
+	}
+	n.provider = automanaged.NewWithConfig(n.cc.HealthInterval, healthPort, hosts...)
+	var opts []cluster.ConfigOption
+	if kind != nil {
+		opts = append(opts, cluster.WithKinds(kind))
+	}
+	conf := cluster.Configure(n.cc.Name, n.provider, disthash.New(), RemoteConfigWithLimit(host, port, n.cc.MaxMessageBytes), opts...)
+	n.cl = cluster.New(n.sys, conf)
+	// Subscribe before the cluster starts, so that no topology is missed.
+	n.router = newClusterRouter(n.sys, n.cl, n.cc)
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("actors: joining cluster %q at %s: %v", n.cc.Name, addr, p)
+		}
+	}()
+	if member {
+		n.cl.StartMember()
+	} else {
+		n.cl.StartClient()
+	}
+	// Know who is up before the first request: one poll of every health
+	// endpoint (an unreachable one gives up after two seconds).
+	select {
+	case <-n.router.first:
+	case <-time.After(2*n.cc.HealthInterval + 3*time.Second):
+	}
+	return nil
+}
+
+// splitListen is splitAddress that allows port 0.
+func splitListen(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("actors: %q is not host:port: %w", addr, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65534 {
+		return "", 0, fmt.Errorf("actors: %q: port must be 0..65534", addr)
+	}
+	if host == "" {
+		return "", 0, fmt.Errorf("actors: %q: give the address others reach this node at", addr)
+	}
+	return host, port, nil
+}
+
+// Client returns a Client that reaches every scope of the cluster at its
+// home member.
+func (n *ClusterNode) Client() *Client {
+	return &Client{root: n.sys.Root, timeout: n.cc.RequestTimeout, newID: NewID, send: n.router.send}
+}
+
+// Server is the member's StateIndex (nil on a client node).
+func (n *ClusterNode) Server() *Server { return n.srv }
+
+// Address is this node's remoting address.
+func (n *ClusterNode) Address() string { return n.sys.Address() }
+
+// Live lists the storage members this node currently sees up, sorted.
+func (n *ClusterNode) Live() []string { return n.router.liveMembers() }
+
+// Home is scope's home member.
+func (n *ClusterNode) Home(scope string) string { return HomeOf(scope, n.cc.Members) }
+
+// Stop leaves the cluster. A member first stops taking remote requests,
+// answers the ones it holds, then leaves (Proto.Actor's graceful leave takes
+// about two seconds). The actor system is shut down; the store is the
+// caller's to close afterwards.
+func (n *ClusterNode) Stop() {
+	n.stopOnce.Do(func() {
+		if n.srv == nil {
+			// Cluster.Shutdown assumes a member (its gossip is not started
+			// on a client and panics): stop the parts a client started.
+			_ = n.provider.DeregisterMember()
+			n.sys.Shutdown()
+			n.cl.Remote.Shutdown(false)
+			return
+		}
+		if n.gateway != nil {
+			_ = n.sys.Root.PoisonFuture(n.gateway).Wait()
+		}
+		n.srv.Stop()
+		n.cl.Shutdown(true)
+	})
+}
+
+// clusterRouter is a cluster Client's transport: it follows the topology,
+// finds each scope's grain at its home member and sends requests through
+// the actor system's transport.
+type clusterRouter struct {
+	t       *remoteTransport
+	cl      *cluster.Cluster
+	members []string
+	shards  int
+	limit   int
+	log     *slog.Logger
+
+	mu sync.Mutex
+	// live holds the storage members in the topology that serve their kind.
+	live    map[string]*memberState
+	pids    map[string]*actor.PID // "member/shard" → grain
+	lookups map[string]*grainLookup
+	// first is closed when the first topology arrives.
+	first     chan struct{}
+	firstOnce sync.Once
+}
+
+// memberState is one incarnation of a live member.
+type memberState struct {
+	id   string
+	down chan struct{} // closed when this incarnation leaves the topology
+}
+
+type grainLookup struct {
+	done chan struct{}
+	pid  *actor.PID
+}
+
+func newClusterRouter(sys *actor.ActorSystem, cl *cluster.Cluster, cc ClusterConfig) *clusterRouter {
+	r := &clusterRouter{t: transportFor(sys), cl: cl, members: cc.Members, shards: cc.Shards, limit: cc.MaxMessageBytes, log: cc.Logger,
+		live: map[string]*memberState{}, pids: map[string]*actor.PID{}, lookups: map[string]*grainLookup{}, first: make(chan struct{})}
+	sys.EventStream.SubscribeWithPredicate(func(evt any) { r.onTopology(evt.(*cluster.ClusterTopology)) },
+		func(evt any) bool { _, ok := evt.(*cluster.ClusterTopology); return ok })
+	return r
+}
+
+// onTopology runs inside Proto.Actor's member list update: it must not
+// block nor call back into the cluster.
+func (r *clusterRouter) onTopology(t *cluster.ClusterTopology) {
+	now := map[string]string{}
+	for _, m := range t.Members {
+		addr := m.Address()
+		if _, ok := slices.BinarySearch(r.members, addr); ok && slices.Contains(m.Kinds, KindOf(addr)) {
+			now[addr] = m.Id
+		}
+	}
+	var gone, came []string
+	r.mu.Lock()
+	for addr, st := range r.live {
+		if id, ok := now[addr]; !ok || id != st.id {
+			close(st.down)
+			delete(r.live, addr)
+			gone = append(gone, addr)
+			for shard := 0; shard < r.shards; shard++ {
+				delete(r.pids, grainKey(addr, shard))
+			}
+		}
+	}
+	for addr, id := range now {
+		if r.live[addr] == nil {
+			r.live[addr] = &memberState{id: id, down: make(chan struct{})}
+			came = append(came, addr)
+		}
+	}
+	live := len(r.live)
+	r.mu.Unlock()
+	for _, addr := range gone {
+		r.log.Warn("stateindex: storage member down: its scopes are unavailable until it is back", "member", addr, "live", live, "members", len(r.members))
+		r.t.failAll(addr, &OutcomeUnknownError{Address: addr, Reason: "its home member was marked down"})
+	}
+	for _, addr := range came {
+		r.log.Info("stateindex: storage member up", "member", addr, "live", live, "members", len(r.members))
+	}
+	r.firstOnce.Do(func() { close(r.first) })
+}
+
+func (r *clusterRouter) liveMembers() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.live))
+	for addr := range r.live {
+		out = append(out, addr)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func grainKey(member string, shard int) string { return member + "/" + strconv.Itoa(shard) }
+
+func scopeUnavailable(scope, home, why string) *messages.Error {
+	return messages.Errorf(messages.CodeUnavailable,
+		"scope %q is unavailable: its home member %s %s; it is never served elsewhere (that would fork its history), and the request was not applied", scope, home, why)
+}
+
+// send carries one request to its scope's grain.
+func (r *clusterRouter) send(ctx context.Context, req messages.Request, timeout time.Duration) (any, error) {
+	msg, err := wire.Encode(req, r.limit)
+	if err != nil {
+		return nil, err
+	}
+	scope := req.ScopeName()
+	home := HomeOf(scope, r.members)
+	shard := ShardOf(scope, r.shards)
+	deadline := time.Now().Add(timeout)
+	for attempt := 0; ; attempt++ {
+		r.mu.Lock()
+		st := r.live[home]
+		r.mu.Unlock()
+		if st == nil {
+			return nil, scopeUnavailable(scope, home, "is down (or has not joined yet)")
+		}
+		pid, err := r.grain(ctx, scope, home, shard, st, deadline)
+		if err != nil {
+			return nil, err
+		}
+		res, err := r.t.request(ctx, pid, msg, time.Until(deadline))
+		if errors.Is(err, errNotDelivered) {
+			r.mu.Lock()
+			if r.pids[grainKey(home, shard)] == pid {
+				delete(r.pids, grainKey(home, shard))
+			}
+			r.mu.Unlock()
+			// Not delivered: resending is safe. Once, for a grain that was
+			// passivated since we looked it up.
+			if attempt == 0 && time.Until(deadline) > 0 {
+				continue
+			}
+			return nil, scopeUnavailable(scope, home, "did not receive the request")
+		}
+		return unwrapReply(pid, res, err)
+	}
+}
+
+// grain returns the PID of home's shard grain, asking the cluster (which
+// activates it) when it is not known; it gives up when the member goes
+// down, ctx ends or the deadline passes.
+func (r *clusterRouter) grain(ctx context.Context, scope, home string, shard int, st *memberState, deadline time.Time) (*actor.PID, error) {
+	key := grainKey(home, shard)
+	r.mu.Lock()
+	if pid := r.pids[key]; pid != nil {
+		r.mu.Unlock()
+		return pid, nil
+	}
+	l := r.lookups[key]
+	if l == nil {
+		l = &grainLookup{done: make(chan struct{})}
+		r.lookups[key] = l
+		go r.resolve(key, l, home, shard, st)
+	}
+	r.mu.Unlock()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-l.done:
+		if l.pid == nil {
+			return nil, scopeUnavailable(scope, home, "could not activate the scope's shard")
+		}
+		return l.pid, nil
+	case <-st.down:
+		return nil, scopeUnavailable(scope, home, "went down")
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+	case <-timer.C:
+		return nil, ErrTimeout
+	}
+}
+
+// resolve asks the cluster for a grain (Proto.Actor's Get blocks for up to
+// five seconds and takes no context, hence its own goroutine). Right after
+// a member joins, the identity lookup may not know it yet (it learns the
+// topology after this router does): resolve asks again for a few seconds
+// while the member stays up.
+func (r *clusterRouter) resolve(key string, l *grainLookup, home string, shard int, st *memberState) {
+	var pid *actor.PID
+	for giveUp := time.Now().Add(3 * time.Second); ; {
+		if pid = r.cl.Get(strconv.Itoa(shard), KindOf(home)); pid != nil || time.Now().After(giveUp) {
+			break
+		}
+		select {
+		case <-st.down:
+		case <-time.After(20 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	r.mu.Lock()
+	if pid != nil && r.live[home] == st {
+		r.pids[key] = pid
+	}
+	delete(r.lookups, key)
+	l.pid = pid
+	r.mu.Unlock()
+	close(l.done)
+}

@@ -1,0 +1,274 @@
+package wire
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/stateindex/stateindex/messages"
+)
+
+// DefaultMaxBytes bounds the encoded size of one request or reply (DESIGN §6:
+// 1 MiB), well under gRPC's 4 MiB default message limit.
+const DefaultMaxBytes = 1 << 20
+
+// FailureType is the type name of a Failure.
+const FailureType = "Failure"
+
+// Failure is the reply that carries only an error: the answer to a request
+// that could not be decoded (whose reply type is unknown), and the wire form
+// of any error-only reply whose type is not registered.
+type Failure struct {
+	messages.Result `msgpack:",inline"`
+}
+
+// Message is a StateIndex request or reply on its way across remoting: the
+// in-process side of an Envelope. Build one with Encode; Proto.Actor builds
+// the receiving side with Envelope.Deserialize.
+type Message struct {
+	// Value is the request or reply (a pointer to a messages struct, or a
+	// *Failure); nil when Err is set.
+	Value any
+	// Type is the registered name of Value's type, or the name the
+	// undecodable envelope carried.
+	Type string
+	// Err is set when the received envelope could not be decoded: an
+	// unknown type name or a corrupt payload (code bad_request).
+	Err *messages.Error
+	env *Envelope
+}
+
+var (
+	_ remote.RootSerializable = (*Message)(nil)
+	_ remote.RootSerialized   = (*Envelope)(nil)
+)
+
+// Serialize returns the envelope Encode prepared. It fails only for a
+// Message not built by Encode or Deserialize, which is a programming error.
+func (m *Message) Serialize() (remote.RootSerialized, error) {
+	if m.env == nil {
+		return nil, fmt.Errorf("wire: %s message was not built by wire.Encode", m.Type)
+	}
+	return m.env, nil
+}
+
+// Size is the encoded payload's length in bytes.
+func (m *Message) Size() int {
+	if m.env == nil {
+		return 0
+	}
+	return len(m.env.Payload)
+}
+
+// IsRequest reports whether the message decoded to a request (or names a
+// request type, when it did not decode).
+func (m *Message) IsRequest() bool {
+	if m.Value != nil {
+		_, ok := m.Value.(messages.Request)
+		return ok
+	}
+	t, ok := byName[m.Type]
+	return ok && t.request
+}
+
+// Deserialize decodes the envelope. It never returns an error: Proto.Actor
+// would close the whole connection. A failure is reported in Message.Err.
+func (e *Envelope) Deserialize() (remote.RootSerializable, error) {
+	return Decode(e), nil
+}
+
+// Encode prepares v (a request or reply of package messages) for remoting,
+// checking that it is a registered type and that its encoding is at most
+// limit bytes (limit <= 0 means DefaultMaxBytes). Its error is a
+// *messages.Error: bad_request for a value that cannot travel, too_large
+// for one over the limit.
+func Encode(v any, limit int) (*Message, error) {
+	if limit <= 0 {
+		limit = DefaultMaxBytes
+	}
+	name, ok := byType[reflect.TypeOf(v)]
+	if !ok {
+		r, isReply := v.(messages.Reply)
+		if !isReply || r == nil || r.Failure() == nil {
+			return nil, messages.Errorf(messages.CodeBadRequest, "%T cannot travel over remoting: not a StateIndex message", v)
+		}
+		// An error-only reply of a type unknown here (for example the
+		// server's answer to something it could not read) keeps its error.
+		v, name = &Failure{Result: messages.Result{Err: r.Failure()}}, FailureType
+	}
+	payload, err := marshal(v)
+	if err != nil {
+		return nil, messages.Errorf(messages.CodeBadRequest, "encoding %s: %v", name, err)
+	}
+	if len(payload) > limit {
+		kind := "reply"
+		if byName[name].request {
+			kind = "request"
+		}
+		return nil, messages.Errorf(messages.CodeTooLarge, "%s %s is %d bytes encoded, over the %d-byte limit of a remote message", kind, name, len(payload), limit)
+	}
+	return &Message{Value: v, Type: name, env: &Envelope{Type: name, Payload: payload}}, nil
+}
+
+// Decode turns an envelope into a Message; it never fails and never
+// panics. An unknown type or a corrupt payload gives a Message whose Err
+// is a bad_request error naming the problem.
+func Decode(e *Envelope) *Message {
+	if e == nil {
+		return &Message{Err: messages.Errorf(messages.CodeBadRequest, "empty envelope")}
+	}
+	m := &Message{Type: e.Type, env: e}
+	t, ok := byName[e.Type]
+	if !ok {
+		m.Err = messages.Errorf(messages.CodeBadRequest, "unknown message type %q (is the sender newer than this StateIndex?)", e.Type)
+		return m
+	}
+	v := t.make()
+	if err := unmarshal(e.Payload, v); err != nil {
+		m.Err = messages.Errorf(messages.CodeBadRequest, "corrupt %s payload (%d bytes): %v", e.Type, len(e.Payload), err)
+		return m
+	}
+	m.Value = v
+	return m
+}
+
+// Names lists the registered type names, requests first.
+func Names() []string {
+	return append([]string(nil), order...)
+}
+
+// New returns a zero value of the registered type name (a pointer), or
+// false for an unknown name.
+func New(name string) (any, bool) {
+	t, ok := byName[name]
+	if !ok {
+		return nil, false
+	}
+	return t.make(), true
+}
+
+type entry struct {
+	make    func() any
+	request bool
+}
+
+var (
+	byName = map[string]entry{}
+	byType = map[reflect.Type]string{}
+	order  []string
+)
+
+func register[T any](name string) {
+	t := reflect.TypeOf((*T)(nil))
+	_, isRequest := any((*T)(nil)).(messages.Request)
+	_, isReply := any((*T)(nil)).(messages.Reply)
+	if !isRequest && !isReply {
+		panic(fmt.Sprintf("wire: %v is neither a request nor a reply", t))
+	}
+	byName[name] = entry{make: func() any { return new(T) }, request: isRequest}
+	byType[t] = name
+	order = append(order, name)
+}
+
+func init() {
+	// The names are wire values: never rename one; add new types instead.
+	register[messages.PushFrame]("PushFrame")
+	register[messages.PopFrame]("PopFrame")
+	register[messages.UpdateFrame]("UpdateFrame")
+	register[messages.AddContextHandle]("AddContextHandle")
+	register[messages.AddResult]("AddResult")
+	register[messages.RecordUsage]("RecordUsage")
+	register[messages.StartToolCall]("StartToolCall")
+	register[messages.FinishToolCall]("FinishToolCall")
+	register[messages.AssembleContextPack]("AssembleContextPack")
+	register[messages.SuspendFrame]("SuspendFrame")
+	register[messages.ResumeFrame]("ResumeFrame")
+	register[messages.CompactContext]("CompactContext")
+	register[messages.ResumeActor]("ResumeActor")
+	register[messages.GetFrame]("GetFrame")
+	register[messages.GetStack]("GetStack")
+
+	register[messages.PushFrameReply]("PushFrameReply")
+	register[messages.PopFrameReply]("PopFrameReply")
+	register[messages.UpdateFrameReply]("UpdateFrameReply")
+	register[messages.AddContextHandleReply]("AddContextHandleReply")
+	register[messages.AddResultReply]("AddResultReply")
+	register[messages.RecordUsageReply]("RecordUsageReply")
+	register[messages.StartToolCallReply]("StartToolCallReply")
+	register[messages.FinishToolCallReply]("FinishToolCallReply")
+	register[messages.ContextPack]("ContextPack")
+	register[messages.SuspensionToken]("SuspensionToken")
+	register[messages.ResumeFrameReply]("ResumeFrameReply")
+	register[messages.CompactionResult]("CompactionResult")
+	register[messages.ActorResumeState]("ActorResumeState")
+	register[messages.GetFrameReply]("GetFrameReply")
+	register[messages.GetStackReply]("GetStackReply")
+	register[Failure](FailureType)
+}
+
+var encPool = sync.Pool{New: func() any {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.UseCompactInts(true)
+	enc.SetSortMapKeys(true)
+	return &pooledEncoder{buf: &buf, enc: enc}
+}}
+
+type pooledEncoder struct {
+	buf *bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+func marshal(v any) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("encoder panic: %v", r)
+		}
+	}()
+	pe := encPool.Get().(*pooledEncoder)
+	defer encPool.Put(pe)
+	pe.buf.Reset()
+	if err := pe.enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(pe.buf.Bytes()), nil
+}
+
+// unmarshal decodes one value that must span all of data. The decoder's
+// allocation limits stay on: a corrupt length prefix cannot make it
+// allocate gigabytes.
+func unmarshal(data []byte, v any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decoder panic: %v", r)
+		}
+	}()
+	r := bytes.NewReader(data)
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	dec.Reset(r)
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if r.Len() != 0 {
+		return fmt.Errorf("%d trailing bytes after the value", r.Len())
+	}
+	return nil
+}
+
+// ReplyTo returns an empty reply of the type that answers the request type
+// named name, or a *Failure when name is not a known request type. The
+// answer to an undecodable request uses it, so that a caller waiting for a
+// typed reply still gets one.
+func ReplyTo(name string) messages.Reply {
+	if t, ok := byName[name]; ok && t.request {
+		if r := messages.ReplyFor(t.make().(messages.Request)); r != nil {
+			return r
+		}
+	}
+	return &Failure{}
+}

@@ -1,7 +1,7 @@
 GO ?= go
 PURE := ./budget/... ./compaction/... ./frames/...
 
-.PHONY: test vet check-deps bench fmt run build example inspect
+.PHONY: test vet check-deps bench bench-go test-peers fmt run build example inspect
 
 ## run: start the StateIndex server on ./data/stateindex.db (Ctrl-C stops it cleanly)
 run:
@@ -32,9 +32,36 @@ check-deps:
 	if [ -n "$$bad" ]; then echo "pure core depends on: $$bad" >&2; exit 1; fi; \
 	echo "check-deps: budget, compaction and frames import none of bbolt, protoactor, msgpack"
 
-## bench: the store and core benchmarks (durable: they fsync)
+## bench: `stateindex bench` (durable, assemble, resume, storage) then the peers
+## (state.json, SQLite, StateIndex) side by side in one table; durable: it fsyncs.
+## JSON of the run in bench/peers/out/. STATEJSON_MAX caps state.json's checkpoints
+## per thread (its time is quadratic in it); BENCH_FLAGS go to `stateindex bench`.
+BENCH_OUT := $(CURDIR)/bench/peers/out
+STATEJSON_MAX ?= 2500
+BENCH_FLAGS ?=
 bench:
+	@mkdir -p $(BENCH_OUT); start=$$(date +%s); \
+	echo "make bench: stateindex bench $(BENCH_FLAGS) --json, then the peers: 10,000 durable 1 KiB checkpoints at 1, 16 and 64 threads (state.json: at most $(STATEJSON_MAX) per thread)" >&2; \
+	$(GO) run ./cmd/stateindex bench --json $(BENCH_FLAGS) > $(BENCH_OUT)/stateindex.json && \
+	(cd bench/peers && $(GO) run -mod=mod . --ours $(BENCH_OUT)/stateindex.json --statejson-max-per-thread $(STATEJSON_MAX) --json-out $(BENCH_OUT)/peers.json) && \
+	echo "make bench: took $$(( $$(date +%s) - start )) s; JSON in $(BENCH_OUT)"
+
+## bench-go: the go test benchmarks of every package (durable ones fsync)
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## test-peers: vet and test the peers module (bench/peers: SQLite, state.json)
+test-peers:
+	cd bench/peers && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 fmt:
 	gofmt -l -w .
+
+## proto: regenerate actors/wire/wire.pb.go (needs protoc and protoc-gen-go v1.33.0; CI does not)
+proto:
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc --go_out=. --go_opt=paths=source_relative actors/wire/wire.proto
+
+## cluster-test: three member processes on 127.0.0.1, one SIGKILLed and restarted mid-run; and the remote example
+cluster-test:
+	STATEINDEX_CLUSTER_TEST=1 $(GO) test -count=1 -timeout 5m -v -run . ./internal/clustertest
+.PHONY: proto cluster-test

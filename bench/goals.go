@@ -1,0 +1,79 @@
+package bench
+
+import "fmt"
+
+// Goal is one of issue 4's goals evaluated against a run. Goals report;
+// nothing fails on them.
+type Goal struct {
+	Name     string  `json:"name"`
+	Target   string  `json:"target"`
+	Measured string  `json:"measured"`
+	Value    float64 `json:"value"`
+	Limit    float64 `json:"limit"`
+	Met      bool    `json:"met"`
+	// Note says by how much a missed goal was missed.
+	Note string `json:"note,omitempty"`
+}
+
+// AtMost is a goal met when value <= limit; unit formats both.
+func AtMost(name string, value, limit float64, unit string) Goal {
+	g := Goal{Name: name, Value: value, Limit: limit, Met: value <= limit,
+		Target: "≤ " + fmt.Sprintf(unit, limit), Measured: fmt.Sprintf(unit, value)}
+	if !g.Met {
+		g.Note = fmt.Sprintf("missed: %.2f× the limit", Ratio(value, limit))
+	}
+	return g
+}
+
+// AtLeast is a goal met when value >= limit; unit formats both.
+func AtLeast(name string, value, limit float64, unit string) Goal {
+	g := Goal{Name: name, Value: value, Limit: limit, Met: value >= limit,
+		Target: "≥ " + fmt.Sprintf(unit, limit), Measured: fmt.Sprintf(unit, value)}
+	if !g.Met {
+		g.Note = fmt.Sprintf("missed: reached %.0f%% of the target", 100*Ratio(value, limit))
+	}
+	return g
+}
+
+// goals evaluates the goals that need only this report (the SQLite goal
+// needs the peers' run: see bench/peers).
+func (r *Report) goals() []Goal {
+	var out []Goal
+	for _, d := range r.Durable {
+		switch d.Scopes {
+		case 64:
+			out = append(out, AtLeast("64 scopes: actor ÷ raw bbolt group commit (ops/s)", d.ActorOverGroupCommit, 0.85, "%.2f"))
+		case 1:
+			out = append(out, AtMost("1 scope: actor p50 ÷ raw bbolt one-transaction p50", d.ActorP50OverOneTxnP50, 1.3, "%.2f"))
+		}
+	}
+	for _, a := range r.Assemble {
+		if a.Handles == 1000 {
+			out = append(out, AtMost("AssembleContextPack, 1,000 handles, budget 8,000: p50", a.Pack.P50us, 100, "%.0f µs"))
+		}
+	}
+	for _, h := range []History{Bounded, Growing} {
+		var first, last *ResumeResult
+		for i := range r.Resume {
+			if rr := &r.Resume[i]; rr.History == h {
+				if first == nil {
+					first = rr
+				}
+				last = rr
+			}
+		}
+		if first == nil || first == last {
+			continue
+		}
+		out = append(out,
+			AtMost(fmt.Sprintf("cold ResumeActor, %d-event scope, %s history: p50", last.Events, h), last.Snapshot.Call.P50us/1000, 25, "%.1f ms"),
+			AtMost(fmt.Sprintf("cold ResumeActor, %s history: p50 at %d ÷ p50 at %d events", h, last.Events, first.Events),
+				Ratio(last.Snapshot.Call.P50us, first.Snapshot.Call.P50us), 1.5, "%.2f"))
+	}
+	for _, s := range r.Storage {
+		if s.PageSize == 0 {
+			out = append(out, AtMost("storage: data file ÷ encoded event payload (default page size)", s.Ratio, 1.4, "%.2f"))
+		}
+	}
+	return out
+}

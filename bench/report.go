@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scenario names, for Options.Only.
+const (
+	ScenarioDurable  = "durable"
+	ScenarioAssemble = "assemble"
+	ScenarioResume   = "resume"
+	ScenarioStorage  = "storage"
+)
+
+// Scenarios lists every scenario in the order Run runs them.
+var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage}
+
+// Options configure Run. The zero value runs every scenario at full size
+// in the system's temporary directory.
+type Options struct {
+	// Dir is where scenario files go (new directories under it), removed
+	// afterwards unless Keep. Use a directory on the disk you mean to
+	// measure: a tmpfs would measure nothing durable.
+	Dir  string
+	Keep bool
+	// Scale multiplies every count (requests, handles, events,
+	// repetitions); 0 means 1. Tests use a small scale.
+	Scale float64
+	// Shards overrides the StateIndex's shard count when > 0.
+	Shards int
+	// Only runs the named scenarios (see Scenarios); empty runs all.
+	Only []string
+	// Progress, when set, gets one line per step.
+	Progress io.Writer
+}
+
+func (o *Options) scale(n int, least int) int {
+	s := o.Scale
+	if s <= 0 {
+		s = 1
+	}
+	return max(int(float64(n)*s+0.5), least)
+}
+
+func (o *Options) rawTxnEvents() int { return o.scale(3000, 10) }
+
+func (o *Options) runs(name string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, name) }
+
+func (o *Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "bench: "+format+"\n", args...)
+	}
+}
+
+func (o *Options) cleanup(dir string) {
+	if !o.Keep {
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// Report is one run of the scenarios: every figure in it was measured in
+// the same process, one scenario after another.
+type Report struct {
+	Machine  Machine          `json:"machine"`
+	Started  time.Time        `json:"started"`
+	Seconds  float64          `json:"seconds"`
+	Scale    float64          `json:"scale"`
+	Durable  []DurableResult  `json:"durable,omitempty"`
+	Assemble []AssembleResult `json:"assemble,omitempty"`
+	Resume   []ResumeResult   `json:"resume,omitempty"`
+	Storage  []StorageResult  `json:"storage,omitempty"`
+	Goals    []Goal           `json:"goals,omitempty"`
+}
+
+// Machine identifies where a report was measured.
+type Machine struct {
+	GoVersion string `json:"go"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpu_model,omitempty"`
+	Dir       string `json:"dir"`
+	// LoadAvg is /proc/loadavg when the run started: other work on the
+	// machine skews every figure.
+	LoadAvg string `json:"loadavg,omitempty"`
+}
+
+// CurrentMachine describes this process's machine; dir is where the
+// scenario files go.
+func CurrentMachine(dir string) Machine {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return Machine{GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), CPUModel: cpuModel(), Dir: dir, LoadAvg: loadAvg()}
+}
+
+// loadAvg is the first three fields of /proc/loadavg, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo, or "".
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// Run runs the scenarios Options select and returns their figures, with
+// the goals of the StateIndex side evaluated.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	for _, name := range o.Only {
+		if !slices.Contains(Scenarios, name) {
+			return nil, fmt.Errorf("bench: unknown scenario %q (have %s)", name, strings.Join(Scenarios, ", "))
+		}
+	}
+	scale := o.Scale
+	if scale <= 0 {
+		scale = 1
+	}
+	rep := &Report{Machine: CurrentMachine(o.Dir), Started: time.Now().UTC().Truncate(time.Second), Scale: scale}
+	begin := time.Now()
+	if o.runs(ScenarioDurable) {
+		for _, c := range []struct{ scopes, ops int }{{1, 3000}, {16, 16000}, {64, 32000}} {
+			r, err := durable(ctx, &o, c.scopes, o.scale(c.ops, c.scopes))
+			if err != nil {
+				return rep, fmt.Errorf("durable, %d scopes: %w", c.scopes, err)
+			}
+			rep.Durable = append(rep.Durable, r)
+		}
+	}
+	if o.runs(ScenarioAssemble) {
+		for _, c := range []struct{ handles, reps int }{{100, 3000}, {1000, 2000}, {10000, 300}} {
+			r, err := assemble(ctx, &o, o.scale(c.handles, 10), o.scale(c.reps, 5), 5*time.Second)
+			if err != nil {
+				return rep, fmt.Errorf("assemble, %d handles: %w", c.handles, err)
+			}
+			rep.Assemble = append(rep.Assemble, r)
+		}
+	}
+	if o.runs(ScenarioResume) {
+		reps := 7
+		if scale < 0.1 {
+			reps = 3
+		}
+		for _, h := range []History{Bounded, Growing} {
+			for _, events := range []int{1000, 10000, 100000} {
+				r, err := resume(ctx, &o, h, int64(o.scale(events, 20)), reps)
+				if err != nil {
+					return rep, fmt.Errorf("resume, %s history of %d events: %w", h, events, err)
+				}
+				rep.Resume = append(rep.Resume, r)
+			}
+		}
+	}
+	if o.runs(ScenarioStorage) {
+		for _, page := range []int{0, 16 << 10} {
+			r, err := storage(ctx, &o, page, 16, o.scale(50000, 32))
+			if err != nil {
+				return rep, fmt.Errorf("storage, page size %d: %w", page, err)
+			}
+			rep.Storage = append(rep.Storage, r)
+		}
+	}
+	rep.Seconds = time.Since(begin).Seconds()
+	rep.Goals = rep.goals()
+	return rep, nil
+}

@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteText prints a report as tables.
+func WriteText(w io.Writer, r *Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	fmt.Fprintf(w, "StateIndex bench: %s %s/%s, %d CPUs (%s), files under %s; %s, load average %s; took %.0f s (scale %g)\n",
+		r.Machine.GoVersion, r.Machine.OS, r.Machine.Arch, r.Machine.CPUs, r.Machine.CPUModel, r.Machine.Dir,
+		r.Started.Format("2006-01-02 15:04 UTC"), r.Machine.LoadAvg, r.Seconds, r.Scale)
+	if len(r.Durable) > 0 {
+		fmt.Fprintf(w, "\nDurable PushFrame + AddContextHandle (1 push : 3 handles, ~%.0f B events), fsync before every reply.\n", meanEvent(r.Durable))
+		fmt.Fprintf(w, "Raw: the same events straight to the store — group-committed by eventstore (no actor), and one bbolt transaction each.\n")
+		p("\tactor\t\t\t│\tgroup commit\t\t\t│\t1 txn/event\t\t\t│\tactor ÷\tactor p50 ÷\t\n")
+		p("scopes\tops/s\tp50 µs\tp99 µs\t│\tops/s\tp50 µs\tp99 µs\t│\tops/s\tp50 µs\tp99 µs\t│\tgroup\t1-txn p50\t\n")
+		for _, d := range r.Durable {
+			p("%d\t%s\t%s\t%s\t│\t%s\t%s\t%s\t│\t%s\t%s\t%s\t│\t%.2f\t%.2f\t\n", d.Scopes,
+				num(d.Actor.OpsPerSec), num(d.Actor.P50us), num(d.Actor.P99us),
+				num(d.GroupCommit.OpsPerSec), num(d.GroupCommit.P50us), num(d.GroupCommit.P99us),
+				num(d.OneTxn.OpsPerSec), num(d.OneTxn.P50us), num(d.OneTxn.P99us),
+				d.ActorOverGroupCommit, d.ActorP50OverOneTxnP50)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		ops := make([]string, 0, len(r.Durable))
+		for _, d := range r.Durable {
+			ops = append(ops, fmt.Sprintf("%d scope(s): %d requests, %d raw one-txn events", d.Scopes, d.Actor.Ops, d.OneTxn.Ops))
+		}
+		fmt.Fprintf(w, "(%s; each in %d rounds, actor and raw runs alternating)\n", strings.Join(ops, "; "), durableRounds)
+	}
+	if len(r.Assemble) > 0 {
+		fmt.Fprintf(w, "\nAssembleContextPack through the actor: one frame of N handles of ~200 tokens, budget %d, sequential requests.\n", assembleBudget)
+		p("handles\tpacks\tp50 µs\tp99 µs\tmean µs\tpacks/s\ttokens used\tsegments\t\n")
+		for _, a := range r.Assemble {
+			p("%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", count(a.Handles), count(a.Pack.Ops), num(a.Pack.P50us), num(a.Pack.P99us),
+				num(a.Pack.MeanUs), num(a.Pack.OpsPerSec), a.UsedTokens, a.Segments)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(r.Resume) > 0 {
+		fmt.Fprintf(w, "\nCold ResumeActor: a new store + actor system on the file (warm page cache) for each request, p50 of up to 7; the reply follows a durable actor.resumed append.\n")
+		fmt.Fprintf(w, "Snapshot + tail: the snapshot the StateIndex wrote %d events before the head (the mean tail with a snapshot every %d).\n", resumeSnapshotEvery/2, resumeSnapshotEvery)
+		fmt.Fprintf(w, "Full replay: the same file with its snapshot replaced by one of an unknown format, which recovery ignores.\n")
+		fmt.Fprintf(w, "bounded: one frame, handles + usage, context compacted every 50 events; growing: child frames pushed, 2 handles, usage, popped (completed frames stay in the state).\n")
+		fmt.Fprintf(w, "server ms: the StateIndex's RecoveryMicros (load + durable append + reply); open+start: opening the store and starting the actors, not in p50.\n")
+		p("\t\t\t│\tsnapshot + tail\t\t\t│\tfull replay\t\t\t│\treplay ÷\topen+start\t\n")
+		p("history\tevents\tsnapshot KB\t│\tp50 ms\tserver ms\treplayed\t│\tp50 ms\tserver ms\treplayed\t│\tsnapshot\tms\t\n")
+		for _, x := range r.Resume {
+			p("%s\t%s\t%s\t│\t%.2f\t%.2f\t%s\t│\t%.2f\t%.2f\t%s\t│\t%.1f\t%.2f\t\n", x.History, count(int(x.Events)), count(x.SnapshotBytes/1024),
+				x.Snapshot.Call.P50us/1000, x.Snapshot.ServerP50us/1000, count(int(x.Snapshot.EventsReplayed)),
+				x.Replay.Call.P50us/1000, x.Replay.ServerP50us/1000, count(int(x.Replay.EventsReplayed)),
+				x.ReplayOverSnapshot, x.Snapshot.OpenP50us/1000)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(r.Storage) > 0 {
+		fmt.Fprintf(w, "\nBytes on disk per event byte: the durable workload over %d scopes, fsynced, file never compacted; payload = encoded event payloads.\n", r.Storage[0].Scopes)
+		fmt.Fprintf(w, "disk: blocks allocated (bbolt extends the file ahead, sparsely); used: pages bbolt handed out; log: the pages of every bucket but\n")
+		fmt.Fprintf(w, "the snapshots (records, sequence index, heads); free: pages freed by later commits (replaced snapshots, copy-on-write) and not reused yet.\n")
+		names := bucketNames(r.Storage)
+		head := "page\tevents\tpayload MB\tfile MB\t│\tfile ÷ payload\tdisk ÷ payload\tused ÷ payload\tlog ÷ payload\t│"
+		for _, n := range names {
+			head += "\t" + n + " MB"
+		}
+		p("%s\tfree MB\t\n", head)
+		for _, s := range r.Storage {
+			row := fmt.Sprintf("%s\t%s\t%.1f\t%.1f\t│\t%.2f\t%.2f\t%.2f\t%.2f\t│", pageLabel(s.PageSize), count(s.Events), mb(s.PayloadBytes), mb(s.FileBytes),
+				s.Ratio, s.DiskRatio, s.UsedRatio, s.LogRatio)
+			for _, n := range names {
+				row += fmt.Sprintf("\t%.1f", mb(s.Buckets[n]))
+			}
+			p("%s\t%.1f\t\n", row, mb(s.FreeBytes))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(r.Goals) > 0 {
+		fmt.Fprintf(w, "\nGoals (issue 4) that this run can judge:\n")
+		if err := WriteGoals(w, r.Goals); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteGoals prints goals as a table.
+func WriteGoals(w io.Writer, goals []Goal) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, g := range goals {
+		met := "met"
+		if !g.Met {
+			met = "MISSED"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\ttarget %s\t%s\t%s\n", g.Name, g.Measured, g.Target, met, g.Note)
+	}
+	return tw.Flush()
+}
+
+func meanEvent(ds []DurableResult) float64 {
+	var sum float64
+	for _, d := range ds {
+		sum += d.MeanEventBytes
+	}
+	return sum / float64(len(ds))
+}
+
+func bucketNames(ss []StorageResult) []string {
+	var names []string
+	for _, s := range ss {
+		for n := range s.Buckets {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+func pageLabel(n int) string {
+	if n == 0 {
+		return "OS"
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
+}
+
+func mb(n int64) float64 { return float64(n) / (1 << 20) }
+
+// count formats an integer with thousands separators.
+func count(n int) string { return num(float64(n)) }
+
+// num formats a figure with thousands separators and no decimals above 100,
+// one decimal below.
+func num(v float64) string {
+	if v < 100 && v != float64(int64(v)) {
+		return fmt.Sprintf("%.1f", v)
+	}
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/stateindex/stateindex/bench"
+)
+
+func init() {
+	register(command{name: "bench", summary: "[--json] [--scale X] [--only LIST]   run the fixed benchmarks: durable, assemble, resume, storage", run: benchCmd})
+}
+
+func benchCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the figures as JSON instead of tables")
+	dir := fs.String("dir", "", "where scenario files go (default: the system's temporary directory; use a real disk, not tmpfs)")
+	keep := fs.Bool("keep", false, "keep the scenario files")
+	scale := fs.Float64("scale", 1, "multiply every count (requests, handles, events, repetitions) by this")
+	shards := fs.Int("shards", 0, "StateIndex shards (0: the default)")
+	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(bench.Scenarios, ", ")+" (default: all)")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: stateindex bench [flags]\n\n"+
+			"Runs fixed scenarios on this machine's disk (every durable figure fsyncs) and prints\n"+
+			"tables, or JSON with --json. Figures of one run compare; figures of two runs may not.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 || *scale <= 0 {
+		fs.Usage()
+		return errUsage
+	}
+	o := bench.Options{Dir: *dir, Keep: *keep, Scale: *scale, Shards: *shards}
+	if *only != "" {
+		o.Only = strings.Split(*only, ",")
+	}
+	if !*quiet {
+		o.Progress = stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return bench.WriteText(stdout, rep)
+}

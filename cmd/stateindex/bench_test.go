@@ -1,0 +1,39 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stateindex/stateindex/bench"
+)
+
+func TestBenchJSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--json", "--quiet", "--scale", "0.002", "--only", "durable,assemble", "--dir", t.TempDir()}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	var rep bench.Report
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	assert.Len(t, rep.Durable, 3)
+	assert.Len(t, rep.Assemble, 3)
+	assert.Empty(t, rep.Resume)
+	assert.Empty(t, errb.String(), "--quiet prints no progress")
+}
+
+func TestBenchTable(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--scale", "0.002", "--only", "storage", "--dir", t.TempDir()}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	assert.Contains(t, out.String(), "Bytes on disk per event byte")
+	assert.Contains(t, errb.String(), "bench: storage:")
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	assert.Equal(t, 2, run([]string{"bench", "--scale", "0"}, &out, &errb))
+	assert.Equal(t, 1, run([]string{"bench", "--quiet", "--only", "nope"}, &out, &errb))
+	assert.Contains(t, errb.String(), "unknown scenario")
+}

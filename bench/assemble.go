@@ -47,7 +47,7 @@ func assemble(ctx context.Context, o *Options, handles, reps int, maxDur time.Du
 	}
 	for i := range handles {
 		// ~800 bytes: ~200 tokens under the default bytes/4 counter.
-		content := fmt.Sprintf("fact %d: ", i) + strings.Repeat("lorem ipsum dolor sit amet ", 29)
+		content := noteContent(i)
 		_, err := n.client.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: scope, FrameID: root.FrameID,
 			Priority: prios[i%len(prios)], Content: content})
 		if err != nil {
@@ -81,4 +81,19 @@ func assemble(ctx context.Context, o *Options, handles, reps int, maxDur time.Du
 	}
 	res.Pack = Summarize(lat, time.Since(begin))
 	return res, nil
+}
+
+// noteContent is ~800 bytes of agent-like notes: sentences, a few exact
+// facts (numbers, ids, paths), mostly prose — what the extractive summary
+// of the Moderate level works on. (A handle that is one 800-byte sentence
+// with no full stop is its worst case: see docs/BENCHMARKS.md.)
+func noteContent(i int) string {
+	return fmt.Sprintf("Observation %d: the build of service-%d took %d.%d s on runner ci-%d. ", i, i%37, i%9+1, i%10, i%4) +
+		"The cache was warm and most of the time went into linking the final binary. " +
+		fmt.Sprintf("Logs for this run are kept in /var/log/build/%d.log for a week. ", i) +
+		"Nothing in the dependency graph changed since the previous run, so the difference comes from the runner itself. " +
+		"A second run on the same runner was about as slow, which rules out a cold disk. " +
+		"The team suspects the new virtualization layer, but nobody has measured it yet. " +
+		"Until then the slow runners stay in the pool, with a note on the dashboard. " +
+		strings.Repeat("More details follow in the attached report. ", 3)
 }

@@ -65,3 +65,35 @@ proto:
 cluster-test:
 	STATEINDEX_CLUSTER_TEST=1 $(GO) test -count=1 -timeout 5m -v -run . ./internal/clustertest
 .PHONY: proto cluster-test
+
+.PHONY: crash fuzz
+
+CRASH_CYCLES ?= 200
+FUZZTIME ?= 60s
+
+## crash: SIGKILL a write storm CRASH_CYCLES (200) times; after each kill every acknowledged
+## write must be in the log, nothing partial, every chain and signature verifying (make test runs 10)
+crash:
+	$(GO) test -count=1 -timeout 90m -run '^TestCrash$$' ./internal/crashtest -crash.cycles=$(CRASH_CYCLES) -v
+
+FUZZ_TARGETS := eventstore:FuzzRecordEnvelope eventstore:FuzzStoredValues eventstore:FuzzDecodeDomain \
+	frames:FuzzApply actors:FuzzSuspensionToken actors:FuzzWireRequest
+
+## fuzz: run every fuzz target for FUZZTIME (60s) each; a crasher lands in PKG/testdata/fuzz/TARGET and fails it.
+## Go 1.26's fuzz coordinator can end a clean run with "context deadline exceeded" right at -fuzztime
+## (golang/go#75804, fixed in Go 1.27): such an exit with no crasher written is reported and not counted.
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; dir=$$pkg/testdata/fuzz/$$name; out=$$(mktemp); \
+		before=$$(ls $$dir 2>/dev/null | wc -l); \
+		echo "== $$name (./$$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg >$$out 2>&1; rc=$$?; \
+		grep -v '^fuzz: elapsed' $$out; grep '^fuzz: elapsed' $$out | tail -1; \
+		after=$$(ls $$dir 2>/dev/null | wc -l); \
+		if [ $$rc -ne 0 ]; then \
+			if [ $$after -eq $$before ] && grep -q 'context deadline exceeded' $$out && ! grep -q 'Failing input' $$out; then \
+				echo "== $$name: clean (no crasher; the toolchain's end-of-fuzztime race, golang/go#75804)"; \
+			else rm -f $$out; echo "== $$name: FAILED"; exit 1; fi; \
+		fi; \
+		rm -f $$out; \
+	done

@@ -355,3 +355,20 @@ func TestCompactionKeepsRemovedContentInTheLog(t *testing.T) {
 	assert.True(t, found, "removed content readable from the log")
 	assert.True(t, compacted)
 }
+
+func TestRouterAndClientRefuseNonRequests(t *testing.T) {
+	e := newEnv(t)
+	res, err := e.sys.Root.RequestFuture(e.srv.PID(), "hello", 5*time.Second).Result()
+	require.NoError(t, err, "answered, not left to time out")
+	r, ok := res.(messages.Reply)
+	require.True(t, ok)
+	assert.ErrorIs(t, r.Failure(), actors.ErrBadRequest)
+
+	var nilPush *messages.PushFrame
+	res, err = e.sys.Root.RequestFuture(e.srv.PID(), nilPush, 5*time.Second).Result()
+	require.NoError(t, err)
+	assert.ErrorIs(t, res.(messages.Reply).Failure(), actors.ErrBadRequest)
+
+	_, err = e.c.PushFrame(ctx, nil)
+	assert.ErrorIs(t, err, actors.ErrInvalidArgument)
+}

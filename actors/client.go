@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -46,6 +47,9 @@ func NewClient(root *actor.RootContext, pid *actor.PID, timeout time.Duration) *
 
 func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request) (R, error) {
 	var zero R
+	if req == nil || reflect.ValueOf(req).IsNil() {
+		return zero, messages.Errorf(messages.CodeInvalidArgument, "nil request")
+	}
 	if m, ok := req.(messages.MutatingRequest); ok && m.Mut().RequestID == "" {
 		m.Mut().RequestID = c.newID()
 	}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -48,6 +49,11 @@ type Config struct {
 	// what a request may ask for.
 	TokenTTL    time.Duration
 	MaxTokenTTL time.Duration
+	// SigningKey, if set, signs checkpoints (Ed25519): each scope's chain
+	// hash is signed when a snapshot is saved and when a run finishes, in a
+	// store that keeps checkpoints (eventstore.Checkpointer). stateindex
+	// verify checks them with the public key. nil signs nothing.
+	SigningKey ed25519.PrivateKey
 	// Clock and NewID are the shell's sources of time and ids; tests
 	// replace them. NewID must return unique printable ids of ≤ 64 bytes.
 	Clock func() time.Time
@@ -114,6 +120,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if len(c.TokenKey) < 32 {
 		return c, fmt.Errorf("actors: TokenKey must be at least 32 bytes (got %d)", len(c.TokenKey))
+	}
+	if len(c.SigningKey) != 0 && len(c.SigningKey) != ed25519.PrivateKeySize {
+		return c, fmt.Errorf("actors: SigningKey must be an Ed25519 private key of %d bytes (got %d)", ed25519.PrivateKeySize, len(c.SigningKey))
 	}
 	if c.TokenTTL <= 0 {
 		c.TokenTTL = d.TokenTTL

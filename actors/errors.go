@@ -81,6 +81,8 @@ var errorTable = []struct {
 	{eventstore.ErrConflict, messages.CodeVersionConflict},
 	{eventstore.ErrRecordTooLarge, messages.CodeTooLarge},
 	{eventstore.ErrWritesDisabled, messages.CodeStoreFailed},
+	{eventstore.ErrCommitFailed, messages.CodeStoreFailed},
+	{eventstore.ErrTransient, messages.CodeStoreFailed},
 	{eventstore.ErrClosed, messages.CodeUnavailable},
 	{eventstore.ErrCorrupt, messages.CodeStoreFailed},
 	{context.DeadlineExceeded, messages.CodeUnavailable},

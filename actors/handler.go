@@ -336,7 +336,9 @@ func (h *handler) finish(w *write, res eventstore.AppendResult, err error) messa
 		h.put(st.Scope, w.e)
 	}
 	if err != nil {
-		if errors.Is(err, eventstore.ErrConflict) {
+		if errors.Is(err, eventstore.ErrConflict) || errors.Is(err, eventstore.ErrCommitFailed) {
+			// Someone else wrote this stream, or a commit of unknown outcome
+			// may have reached the file: the cached state cannot be trusted.
 			// Someone else wrote this stream: our state is stale.
 			h.cache.Remove(st.Scope)
 		}
@@ -360,6 +362,7 @@ func (h *handler) finish(w *write, res eventstore.AppendResult, err error) messa
 		return failure(w.req, toWire(err))
 	}
 	h.maybeSnapshot(w.e)
+	h.checkpointRunFinished(w, res)
 	h.trim()
 	return reply
 }
@@ -387,6 +390,8 @@ func (h *handler) maybeSnapshot(e *entry) {
 		defer h.snapshots.Done()
 		if err := h.store.SaveSnapshot(context.Background(), scope, snap); err != nil {
 			h.log.Warn("stateindex: snapshot failed; recovery will replay more events", "scope", scope, "version", snap.Version, "error", err)
+		} else {
+			h.checkpoint(scope, snap.Version, eventstore.CheckpointSnapshot)
 		}
 	}()
 }

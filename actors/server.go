@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"reflect"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -47,8 +48,18 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 	}
 	shards := s.shards
 	s.router = sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		if req, ok := c.Message().(messages.Request); ok {
-			c.Forward(shards[shardOf(req.ScopeName(), len(shards))])
+		switch m := c.Message().(type) {
+		case messages.Request:
+			if reflect.ValueOf(m).IsNil() {
+				c.Respond(failure(nil, messages.Errorf(messages.CodeBadRequest, "nil %T", m)))
+				return
+			}
+			c.Forward(shards[shardOf(m.ScopeName(), len(shards))])
+		case actor.SystemMessage, actor.AutoReceiveMessage:
+		default:
+			if c.Sender() != nil {
+				c.Respond(failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)))
+			}
 		}
 	}))
 	return s, nil

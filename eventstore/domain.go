@@ -28,7 +28,12 @@ type pooledEncoder struct {
 
 // Marshal encodes v as compact msgpack with sorted map keys, so equal values
 // give equal bytes (request digests rely on it).
-func Marshal(v any) ([]byte, error) {
+func Marshal(v any) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("encoder panic: %v", r)
+		}
+	}()
 	pe := encPool.Get().(*pooledEncoder)
 	defer encPool.Put(pe)
 	pe.buf.Reset()
@@ -46,6 +51,9 @@ func Unmarshal(data []byte, v any) (err error) {
 			err = fmt.Errorf("%w: decoder panic: %v", ErrCorrupt, r)
 		}
 	}()
+	if err := CheckEncoding(data); err != nil {
+		return err // before the decoder can over-allocate (see CheckEncoding)
+	}
 	r := bytes.NewReader(data)
 	dec := msgpack.GetDecoder()
 	defer msgpack.PutDecoder(dec)

@@ -1,13 +1,11 @@
 package wire
 
 import (
-	"bytes"
 	"fmt"
 	"reflect"
-	"sync"
 
 	"github.com/asynkron/protoactor-go/remote"
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/stateindex/stateindex/eventstore"
 
 	"github.com/stateindex/stateindex/messages"
 )
@@ -210,55 +208,13 @@ func init() {
 	register[Failure](FailureType)
 }
 
-var encPool = sync.Pool{New: func() any {
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	enc.UseCompactInts(true)
-	enc.SetSortMapKeys(true)
-	return &pooledEncoder{buf: &buf, enc: enc}
-}}
-
-type pooledEncoder struct {
-	buf *bytes.Buffer
-	enc *msgpack.Encoder
-}
-
-func marshal(v any) (b []byte, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("encoder panic: %v", r)
-		}
-	}()
-	pe := encPool.Get().(*pooledEncoder)
-	defer encPool.Put(pe)
-	pe.buf.Reset()
-	if err := pe.enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.Clone(pe.buf.Bytes()), nil
-}
-
-// unmarshal decodes one value that must span all of data. The decoder's
-// allocation limits stay on: a corrupt length prefix cannot make it
-// allocate gigabytes.
-func unmarshal(data []byte, v any) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("decoder panic: %v", r)
-		}
-	}()
-	r := bytes.NewReader(data)
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	dec.Reset(r)
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if r.Len() != 0 {
-		return fmt.Errorf("%d trailing bytes after the value", r.Len())
-	}
-	return nil
-}
+// marshal and unmarshal are the store's msgpack codec: compact integers,
+// sorted map keys, allocation limits on, panics turned into errors, and a
+// value must span all of its bytes.
+var (
+	marshal   = eventstore.Marshal
+	unmarshal = eventstore.Unmarshal
+)
 
 // ReplyTo returns an empty reply of the type that answers the request type
 // named name, or a *Failure when name is not a known request type. The

@@ -90,8 +90,14 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	signing, err := loadSigningKey(*dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint signing key: %w", err)
+	}
+
 	cfg := d
 	cfg.TokenKey, cfg.Shards, cfg.SnapshotEvery, cfg.CacheScopes, cfg.CacheBytes = key, *shards, *snapEvery, *cacheScopes, *cacheMiB<<20
+	cfg.SigningKey = signing
 	cfg.Logger = log
 	libLevel := level
 	if libLevel > slog.LevelDebug {

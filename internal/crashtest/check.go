@@ -1,0 +1,456 @@
+package crashtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/internal/verify"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// Record is what the side file says about one request id.
+type Record struct {
+	Scope, ID, Op string
+	b64           string
+	Acked         bool  // a success was recorded
+	Version       int64 // the reply's version
+	Wrote         bool  // the success appended events
+	Refused       string
+}
+
+// Request decodes the request as it was sent.
+func (r *Record) Request() (messages.Request, error) { return decodeRequest(r.Op, r.b64) }
+
+// Side is a parsed side file.
+type Side struct {
+	ByID   map[string]*Record
+	order  []string // ids in the order first sent
+	tokens map[string]map[string]string
+}
+
+// ParseSide reads a side file; a missing file is an empty one. A last line
+// without its newline (cut by a kill) is ignored.
+func ParseSide(path string) (*Side, error) {
+	s := &Side{ByID: map[string]*Record{}, tokens: map[string]map[string]string{}}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[:i+1]
+	} else {
+		b = nil
+	}
+	for n, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			return nil, fmt.Errorf("%s:%d: malformed line %q", path, n+1, line)
+		}
+		id := f[2]
+		r := s.ByID[id]
+		if r == nil {
+			r = &Record{Scope: f[1], ID: id, Op: f[3]}
+			s.ByID[id] = r
+			s.order = append(s.order, id)
+		}
+		switch f[0] {
+		case "I":
+			r.b64 = f[4]
+		case "A":
+			if len(f) < 6 {
+				return nil, fmt.Errorf("%s:%d: malformed line %q", path, n+1, line)
+			}
+			r.Acked, r.Refused = true, ""
+			r.Version, _ = strconv.ParseInt(f[4], 10, 64)
+			r.Wrote = f[5] == "1"
+			for _, x := range f[6:] {
+				if t, ok := strings.CutPrefix(x, "tok="); ok {
+					frame, tok, _ := strings.Cut(t, ":")
+					if s.tokens[r.Scope] == nil {
+						s.tokens[r.Scope] = map[string]string{}
+					}
+					s.tokens[r.Scope][frame] = tok
+				}
+			}
+		case "R":
+			if !r.Acked {
+				r.Refused = f[4]
+			}
+		default:
+			return nil, fmt.Errorf("%s:%d: malformed line %q", path, n+1, line)
+		}
+	}
+	return s, nil
+}
+
+// Tokens returns the suspension tokens recorded, by scope and frame.
+func (s *Side) Tokens() map[string]map[string]string { return s.tokens }
+
+// InFlight returns the requests sent and never answered, in the order sent:
+// those a kill interrupted.
+func (s *Side) InFlight() []*Record {
+	var out []*Record
+	for _, id := range s.order {
+		if r := s.ByID[id]; !r.Acked && r.Refused == "" && r.b64 != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Stats is what one check found.
+type Stats struct {
+	Acked             int // acknowledged writes, each found in the log where its reply said
+	Lost              int // acknowledged writes missing: must be 0
+	InFlightCommitted int // unacknowledged requests found whole in the log
+	InFlightAbsent    int // unacknowledged requests absent from the log
+	Requests, Events  int
+	Streams           int
+	Snapshots         int
+	Signatures        int
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("%d acknowledged writes present (%d lost), %d requests / %d events in %d scopes, "+
+		"%d snapshots equal to their replay, %d checkpoint signatures verified",
+		s.Acked, s.Lost, s.Requests, s.Events, s.Streams, s.Snapshots, s.Signatures)
+}
+
+// group is one request's events in the log.
+type group struct {
+	scope       string
+	id          string
+	first, last int64
+	events      []frames.Event
+	pre         pre
+}
+
+// Check verifies the crash test directory after a kill:
+//
+//   - stateindex verify's checks pass: every hash chain, the global index,
+//     a replay of every stream with the invariants, every snapshot equal to
+//     the replay it covers, every checkpoint signature;
+//   - every acknowledged write is in the log, ending at the version its
+//     reply named;
+//   - every request in the log was sent (no phantom write), none that was
+//     refused is there, and each is whole: the events a request makes are
+//     all there or none is (a pop with all its cascade and the parent's
+//     limit suspension, a usage with its suspension);
+//   - the state LoadState rebuilds (snapshot plus tail) equals a full
+//     replay, and ResumeActor's reply, and every frame GetFrame returns,
+//     equal that replay.
+//
+// The ResumeActor requests it sends are recorded in the side file like the
+// child's. cycle names them.
+func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
+	var st Stats
+	path := filepath.Join(dir, DataFile)
+	var problems []string
+	vs, err := verify.File(ctx, path, verify.Options{PublicKey: PublicKey()}, func(p verify.Problem) {
+		problems = append(problems, p.String())
+	})
+	if err != nil {
+		return st, err
+	}
+	if len(problems) > 0 {
+		return st, fmt.Errorf("verify found %d problem(s):\n  %s", len(problems), strings.Join(problems, "\n  "))
+	}
+	st.Snapshots, st.Signatures = int(vs.Snapshots), int(vs.SignaturesVerified)
+
+	side, err := ParseSide(filepath.Join(dir, SideFile))
+	if err != nil {
+		return st, err
+	}
+	store, err := eventstore.Open(path, nil)
+	if err != nil {
+		return st, err
+	}
+	defer store.Close()
+
+	groups := map[string]*group{}
+	replayed := map[string]*frames.State{}
+	var streams []string
+	if err := store.Streams(ctx, func(i eventstore.StreamInfo) error { streams = append(streams, i.Stream); return nil }); err != nil {
+		return st, err
+	}
+	st.Streams = len(streams)
+	var errs []string
+	fail := func(format string, args ...any) {
+		if len(errs) < 50 {
+			errs = append(errs, fmt.Sprintf(format, args...))
+		}
+	}
+	for _, name := range streams {
+		state := frames.NewState(name, 0)
+		var g *group
+		finish := func() {
+			if g != nil {
+				checkWhole(g, side, state, fail)
+			}
+		}
+		err := store.ReadStream(ctx, name, 1, func(r eventstore.Record) error {
+			ev, err := eventstore.DecodeFrameEvent(r)
+			if err != nil {
+				return err
+			}
+			id := ev.EventMeta().RequestID
+			if g == nil || g.id != id {
+				finish()
+				if groups[id] != nil {
+					fail("request %s appears twice in the log (scope %q versions %d and %d)", id, name, groups[id].first, r.Version)
+				}
+				g = &group{scope: name, id: id, first: r.Version}
+				groups[id] = g
+				st.Requests++
+				recordPre(g, side, state)
+			}
+			if err := frames.Apply(state, ev); err != nil {
+				return fmt.Errorf("stream %q version %d: %w", name, r.Version, err)
+			}
+			g.last = r.Version
+			g.events = append(g.events, ev)
+			st.Events++
+			return nil
+		})
+		if err != nil {
+			return st, err
+		}
+		finish()
+		replayed[name] = state
+	}
+
+	// Every acknowledged write is there; nothing refused or unsent is.
+	for _, id := range side.order {
+		r := side.ByID[id]
+		g := groups[id]
+		switch {
+		case r.Acked && r.Wrote:
+			switch {
+			case g == nil:
+				st.Lost++
+				fail("LOST: acknowledged %s %s (scope %q, reply version %d) is not in the log", r.Op, id, r.Scope, r.Version)
+			case g.scope != r.Scope:
+				st.Lost++
+				fail("acknowledged %s %s of scope %q is in scope %q", r.Op, id, r.Scope, g.scope)
+			case r.Op == "ResumeActor" && g.last > r.Version, r.Op != "ResumeActor" && g.last != r.Version:
+				st.Lost++
+				fail("acknowledged %s %s replied version %d, but its events end at version %d", r.Op, id, r.Version, g.last)
+			default:
+				st.Acked++
+			}
+		case r.Acked:
+			if g != nil {
+				fail("%s %s was answered as writing nothing, yet its events are at versions %d..%d", r.Op, id, g.first, g.last)
+			}
+		case r.Refused != "":
+			if g != nil {
+				fail("%s %s was refused (%s), yet its events are at versions %d..%d", r.Op, id, r.Refused, g.first, g.last)
+			}
+		case g != nil:
+			st.InFlightCommitted++
+		default:
+			st.InFlightAbsent++
+		}
+	}
+	for id, g := range groups {
+		if side.ByID[id] == nil {
+			fail("PHANTOM: request %q (scope %q versions %d..%d) was never sent", id, g.scope, g.first, g.last)
+		}
+	}
+	if len(errs) > 0 {
+		return st, errors.New(strings.Join(errs, "\n"))
+	}
+
+	// Recovery equals replay.
+	for _, name := range streams {
+		loaded, _, err := actors.LoadState(ctx, store, name, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			return st, fmt.Errorf("LoadState(%q): %w", name, err)
+		}
+		if d := verify.DiffStates(loaded, replayed[name]); d != "" {
+			return st, fmt.Errorf("scope %q: LoadState (snapshot plus tail) differs from a full replay: %s", name, d)
+		}
+	}
+	if err := checkResume(ctx, dir, store, streams, replayed, cycle); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// pre is what a multi-event request's check needs from the state before it.
+type pre struct {
+	parentID        string
+	parentSuspended bool
+	liveBelow       int // live descendants of the popped frame
+}
+
+func recordPre(g *group, side *Side, s *frames.State) {
+	r := side.ByID[g.id]
+	if r == nil || r.Op != "PopFrame" {
+		return
+	}
+	req, err := r.Request()
+	if err != nil {
+		return
+	}
+	f := s.Frame(req.(*messages.PopFrame).FrameID)
+	if f == nil {
+		return
+	}
+	p := pre{parentID: f.ParentID}
+	if pf := s.Frame(f.ParentID); pf != nil {
+		p.parentSuspended = pf.Status == frames.StatusSuspended
+	}
+	var count func(*frames.Frame)
+	count = func(x *frames.Frame) {
+		for _, c := range s.LiveChildren(x) {
+			p.liveBelow++
+			count(c)
+		}
+	}
+	count(f)
+	g.pre = p
+}
+
+// checkWhole checks that a request's events are all there: single-event
+// requests trivially; a pop has one frame.popped per live descendant plus
+// the frame, and then its parent is suspended or within its limits; a
+// usage record leaves its frame suspended or within its limits.
+func checkWhole(g *group, side *Side, s *frames.State, fail func(string, ...any)) {
+	r := side.ByID[g.id]
+	if r == nil || r.b64 == "" {
+		return // reported as a phantom
+	}
+	req, err := r.Request()
+	if err != nil {
+		fail("side file: %v", err)
+		return
+	}
+	n := len(g.events)
+	where := fmt.Sprintf("%s %s (scope %q versions %d..%d)", r.Op, g.id, g.scope, g.first, g.last)
+	switch q := req.(type) {
+	case *messages.PopFrame:
+		p := g.pre
+		popped := 0
+		for _, e := range g.events {
+			if _, ok := e.(*frames.FramePopped); ok {
+				popped++
+			}
+		}
+		f := s.Frame(q.FrameID)
+		if popped != p.liveBelow+1 || f == nil || f.Status.Live() {
+			fail("PARTIAL: %s popped %d frames, want %d (the frame and its %d live descendants)", where, popped, p.liveBelow+1, p.liveBelow)
+		}
+		if pf := s.Frame(p.parentID); pf != nil && !p.parentSuspended && pf.Status != frames.StatusSuspended && pf.Limits.Check(pf.Cost) != nil {
+			fail("PARTIAL: %s left parent %q over its limits and not suspended", where, pf.ID)
+		}
+	case *messages.RecordUsage:
+		f := s.Frame(q.FrameID)
+		if f == nil || n > 2 || (f.Status != frames.StatusSuspended && f.Limits.Check(f.Cost) != nil) {
+			fail("PARTIAL: %s left frame %q over its limits and not suspended (%d events)", where, q.FrameID, n)
+		}
+	default:
+		if n != 1 {
+			fail("%s has %d events, want 1", where, n)
+		}
+	}
+}
+
+// checkResume starts a StateIndex on the store and compares what
+// ResumeActor and GetFrame return with the full replay.
+func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, streams []string, replayed map[string]*frames.State, cycle int) error {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := quietSystem(quiet)
+	defer sys.Shutdown()
+	srv, err := actors.Start(sys, store, Config(quiet))
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	sl, err := OpenSideLog(filepath.Join(dir, SideFile))
+	if err != nil {
+		return err
+	}
+	defer sl.Close()
+	w := &Storm{C: srv.Client(), Log: sl, Prefix: fmt.Sprintf("check%d", cycle)}
+	for _, name := range streams {
+		want := replayed[name]
+		reply, err := w.send(ctx, &messages.ResumeActor{Scope: name})
+		if err != nil {
+			return err
+		}
+		got := reply.(*messages.ActorResumeState)
+		if got.Version != want.Version+1 {
+			return fmt.Errorf("scope %q: ResumeActor at version %d, replay at %d (+1 for actor.resumed)", name, got.Version, want.Version)
+		}
+		if d := verify.Diff(summaries(want.LiveFrames()), got.LiveFrames); d != "" {
+			return fmt.Errorf("scope %q: ResumeActor's live frames differ from the replay: %s", name, d)
+		}
+		if d := verify.Diff(want.Pending(), got.PendingWork); d != "" {
+			return fmt.Errorf("scope %q: ResumeActor's pending work differs from the replay: %s", name, d)
+		}
+		var top *messages.FrameSummary
+		var stack []messages.FrameSummary
+		if f := want.TopOfStack(); f != nil {
+			s := summary(f)
+			top, stack = &s, summaries(want.Ancestry(f.ID))
+		}
+		if d := verify.Diff(top, got.CurrentFrame); d != "" {
+			return fmt.Errorf("scope %q: ResumeActor's current frame differs from the replay: %s", name, d)
+		}
+		if d := verify.Diff(stack, got.FrameStack); d != "" {
+			return fmt.Errorf("scope %q: ResumeActor's frame stack differs from the replay: %s", name, d)
+		}
+		ids := make([]string, 0, len(want.Frames))
+		for id := range want.Frames {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			fr, err := w.C.GetFrame(ctx, &messages.GetFrame{Scope: name, FrameID: id, WithHandles: true})
+			if err != nil {
+				return fmt.Errorf("scope %q: GetFrame(%s): %w", name, id, err)
+			}
+			if d := verify.Diff(want.Frames[id], fr.Frame); d != "" {
+				return fmt.Errorf("scope %q: frame %s differs from the replay: %s", name, id, d)
+			}
+		}
+	}
+	return nil
+}
+
+// summary mirrors what the StateIndex reports of a frame.
+func summary(f *frames.Frame) messages.FrameSummary {
+	s := messages.FrameSummary{
+		ID: f.ID, ParentID: f.ParentID, Goal: f.Goal, Status: f.Status, Depth: f.Depth, Budget: f.Budget,
+		Limits: f.Limits, Cost: f.Cost, Handles: len(f.Handles), ContextTokens: f.ContextTokens, Results: len(f.Results),
+		Children: f.Children, InDoubt: f.InDoubt(), Suspension: f.Suspension, CreatedAt: f.CreatedAt, CompletedAt: f.CompletedAt,
+	}
+	return s
+}
+
+func summaries(fs []*frames.Frame) []messages.FrameSummary {
+	out := make([]messages.FrameSummary, len(fs))
+	for i, f := range fs {
+		out[i] = summary(f)
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package crashtest
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// Files of a crash test directory.
+const (
+	DataFile = "stateindex.db"
+	SideFile = "requests.log"
+)
+
+// Environment of a child process.
+const (
+	EnvDir         = "STATEINDEX_CRASH_CHILD"
+	EnvIncarnation = "STATEINDEX_CRASH_INCARNATION"
+	EnvSeed        = "STATEINDEX_CRASH_SEED"
+)
+
+// Readiness line the child prints once it has recovered and starts its
+// storm.
+const readyLine = "ready"
+
+var tokenKey = []byte("crashtest suspension token key, 32+ bytes")
+
+// SigningKey is the checkpoint signing key of the crash test's StateIndex.
+func SigningKey() ed25519.PrivateKey {
+	seed := make([]byte, ed25519.SeedSize)
+	copy(seed, "crashtest checkpoint signing key")
+	return ed25519.NewKeyFromSeed(seed)
+}
+
+// PublicKey is SigningKey's public half.
+func PublicKey() ed25519.PublicKey { return SigningKey().Public().(ed25519.PublicKey) }
+
+// Layout of the storm.
+const (
+	NumScopes  = 24
+	NumWorkers = 8
+)
+
+// ScopeName is the name of scope i.
+func ScopeName(i int) string { return fmt.Sprintf("crash-%02d", i) }
+
+// Config is the StateIndex configuration of the crash test: snapshots
+// every 16 events and a cache of 8 scopes over 4 shards, so that kills land
+// in snapshot and checkpoint writes and scopes are rebuilt from snapshot
+// plus tail all the time.
+func Config(log *slog.Logger) actors.Config {
+	cfg := actors.DefaultConfig()
+	cfg.TokenKey = tokenKey
+	cfg.SigningKey = SigningKey()
+	cfg.Shards = 4
+	cfg.CacheScopes = 8
+	cfg.SnapshotEvery = 16
+	cfg.Logger = log
+	return cfg
+}
+
+func quietSystem(log *slog.Logger) *actor.ActorSystem {
+	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+}
+
+// ChildMain is the child process: it runs until killed (or until its storm
+// fails, which it reports on stderr with exit status 3).
+func ChildMain(dir string) int {
+	inc, _ := strconv.Atoi(os.Getenv(EnvIncarnation))
+	seed, _ := strconv.ParseUint(os.Getenv(EnvSeed), 10, 64)
+	err := RunChild(context.Background(), dir, inc, seed, os.Stdout, -1)
+	fmt.Fprintf(os.Stderr, "crash child: %v\n", err)
+	return 3
+}
+
+// RunChild opens the data file in dir (fsynced, as in production), starts
+// a StateIndex on it, resends the request each scope had in flight when the
+// previous process died, resumes every scope, writes the ready line to
+// ready, and then runs the storm: NumWorkers workers over NumScopes scopes,
+// until ctx ends or, if steps >= 0, each worker has made steps requests.
+func RunChild(ctx context.Context, dir string, incarnation int, seed uint64, ready io.Writer, steps int) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	store, err := eventstore.OpenWithRetry(filepath.Join(dir, DataFile), &eventstore.Options{}, eventstore.DefaultRetryPolicy)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	side, err := ParseSide(filepath.Join(dir, SideFile))
+	if err != nil {
+		return err
+	}
+	sl, err := OpenSideLog(filepath.Join(dir, SideFile))
+	if err != nil {
+		return err
+	}
+	defer sl.Close()
+	sys := quietSystem(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	defer sys.Shutdown()
+	srv, err := actors.Start(sys, store, Config(log))
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	c := srv.Client()
+
+	// The requests in flight at the last kill, resent with their ids: each
+	// is answered with its original reply if it was committed, or applied
+	// now if it was not — exactly once either way.
+	w0 := &Storm{C: c, Log: sl, Prefix: fmt.Sprintf("i%d-r", incarnation), Tokens: side.Tokens()}
+	for _, r := range side.InFlight() {
+		req, err := r.Request()
+		if err != nil {
+			return fmt.Errorf("side file: %w", err)
+		}
+		if _, err := w0.send(ctx, req); err != nil && !errors.Is(err, errRefused) {
+			return fmt.Errorf("resending %s %s: %w", r.Op, r.ID, err)
+		}
+	}
+	// Tokens of the resent suspensions are in the side file now.
+	again, err := ParseSide(filepath.Join(dir, SideFile))
+	if err != nil {
+		return err
+	}
+	tokens := again.Tokens()
+
+	// Workers: each resumes its scopes, as its actors' Started would.
+	var wg sync.WaitGroup
+	errs := make(chan error, NumWorkers)
+	storms := make([]*Storm, NumWorkers)
+	views := make([][]*scope, NumWorkers)
+	for wi := range NumWorkers {
+		storms[wi] = &Storm{C: c, Log: sl, Prefix: fmt.Sprintf("i%d-w%d", incarnation, wi), Tokens: tokens}
+		for si := wi; si < NumScopes; si += NumWorkers {
+			s, err := storms[wi].Resume(ctx, ScopeName(si))
+			if err != nil {
+				return err
+			}
+			views[wi] = append(views[wi], s)
+		}
+	}
+	if ready != nil {
+		fmt.Fprintln(ready, readyLine)
+	}
+	for wi := range NumWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(incarnation)<<8|uint64(wi)))
+			for n := 0; steps < 0 || n < steps; n++ {
+				if ctx.Err() != nil {
+					return
+				}
+				s := views[wi][rng.IntN(len(views[wi]))]
+				if err := storms[wi].Step(ctx, rng, s); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// Populate runs a storm of steps requests per worker on the data file in
+// dir and closes it: a realistic file (every operation, snapshots, signed
+// checkpoints) for verify's tests.
+func Populate(dir string, steps int, seed uint64) error {
+	return RunChild(context.Background(), dir, 0, seed, nil, steps)
+}
+
+// decodeRequest rebuilds a request from its side-file record.
+func decodeRequest(op, b64 string) (messages.Request, error) {
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, err
+	}
+	var req messages.Request
+	if op == "ResumeActor" {
+		req = &messages.ResumeActor{}
+	} else {
+		mk, ok := newRequest[op]
+		if !ok {
+			return nil, fmt.Errorf("unknown op %q", op)
+		}
+		req = mk()
+	}
+	if err := eventstore.Unmarshal(raw, req); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return req, nil
+}

@@ -1,0 +1,525 @@
+// Package crashtest proves that StateIndex keeps every acknowledged write
+// across SIGKILL: a child process runs a write storm (many scopes, every
+// mutating operation) and records each request in a side file before it
+// sends it and each reply after it arrives; the parent kills the child at
+// random moments, restarts it, and checks the data file against the side
+// file (Check). The child resends the request each scope had in flight,
+// with the same request id, before it goes on — as a real agent would.
+//
+// A SIGKILL leaves the page cache intact, so this cannot catch a missing
+// fsync: the held-commit test in package actors (no reply leaves before the
+// commit returns) covers that side. Power loss is not simulated.
+package crashtest
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/compaction"
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// Side file lines, one write(2) each (O_APPEND), fields separated by
+// spaces:
+//
+//	I <scope> <request id> <op> <base64 msgpack request>   before sending
+//	A <scope> <request id> <op> <version> <wrote 0|1> [tok=<frame>:<token>]   after a success
+//	R <scope> <request id> <op> <error code>               after a refusal
+//
+// A line cut short by the kill has no newline and is ignored.
+
+// SideLog appends request records to the side file.
+type SideLog struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// OpenSideLog opens (creating) the side file for appending.
+func OpenSideLog(path string) (*SideLog, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &SideLog{f: f}, nil
+}
+
+func (l *SideLog) write(fields ...string) error {
+	if l == nil {
+		return nil
+	}
+	line := strings.Join(fields, " ") + "\n"
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err := l.f.Write([]byte(line))
+	return err
+}
+
+// Close closes the side file.
+func (l *SideLog) Close() error {
+	if l == nil {
+		return nil
+	}
+	return l.f.Close()
+}
+
+// Ops are the request types the storm sends, by name.
+var newRequest = map[string]func() messages.MutatingRequest{
+	"PushFrame":        func() messages.MutatingRequest { return &messages.PushFrame{} },
+	"PopFrame":         func() messages.MutatingRequest { return &messages.PopFrame{} },
+	"UpdateFrame":      func() messages.MutatingRequest { return &messages.UpdateFrame{} },
+	"AddContextHandle": func() messages.MutatingRequest { return &messages.AddContextHandle{} },
+	"AddResult":        func() messages.MutatingRequest { return &messages.AddResult{} },
+	"RecordUsage":      func() messages.MutatingRequest { return &messages.RecordUsage{} },
+	"StartToolCall":    func() messages.MutatingRequest { return &messages.StartToolCall{} },
+	"FinishToolCall":   func() messages.MutatingRequest { return &messages.FinishToolCall{} },
+	"SuspendFrame":     func() messages.MutatingRequest { return &messages.SuspendFrame{} },
+	"ResumeFrame":      func() messages.MutatingRequest { return &messages.ResumeFrame{} },
+	"CompactContext":   func() messages.MutatingRequest { return &messages.CompactContext{} },
+}
+
+// opName is the name of a request's type.
+func opName(req messages.Request) string {
+	if _, ok := req.(*messages.ResumeActor); ok {
+		return "ResumeActor"
+	}
+	name := fmt.Sprintf("%T", req)
+	return name[strings.LastIndexByte(name, '.')+1:]
+}
+
+// mframe is the storm's view of a frame.
+type mframe struct {
+	id, parent string
+	status     frames.Status
+	depth      int64
+	calls      []string // tool calls started, not finished
+	handles    int
+	token      string // the suspension token, if suspended and known
+}
+
+// scope is the storm's view of one scope: what it needs to pick requests
+// that are mostly valid. The server stays the authority: a refusal makes
+// the storm re-read the scope.
+type scope struct {
+	name   string
+	frames map[string]*mframe
+	stale  bool
+}
+
+func (s *scope) live() []*mframe {
+	var out []*mframe
+	for _, f := range s.frames {
+		if f.status.Live() {
+			out = append(out, f)
+		}
+	}
+	// Map order is random; sort for reproducible choices from the seed.
+	sortFrames(out)
+	return out
+}
+
+func (s *scope) liveChildren(id string) int {
+	n := 0
+	for _, f := range s.frames {
+		if f.parent == id && f.status.Live() {
+			n++
+		}
+	}
+	return n
+}
+
+// Storm drives a StateIndex with random valid requests on its scopes.
+type Storm struct {
+	C      *actors.Client
+	Log    *SideLog
+	Prefix string // request id prefix, unique per process
+	// Tokens known from earlier runs (side file), by scope and frame.
+	Tokens map[string]map[string]string
+	n      int
+}
+
+// errRefused marks a request the server refused with a domain error.
+var errRefused = errors.New("refused")
+
+// send sends one mutating request with the side-file protocol.
+func (w *Storm) send(ctx context.Context, req messages.Request) (messages.Reply, error) {
+	op := opName(req)
+	var id, scopeName string
+	switch r := req.(type) {
+	case messages.MutatingRequest:
+		if r.Mut().RequestID == "" {
+			w.n++
+			r.Mut().RequestID = fmt.Sprintf("%s-%d", w.Prefix, w.n)
+		}
+		id, scopeName = r.Mut().RequestID, r.Mut().Scope
+	case *messages.ResumeActor:
+		if r.RequestID == "" {
+			w.n++
+			r.RequestID = fmt.Sprintf("%s-%d", w.Prefix, w.n)
+		}
+		id, scopeName = r.RequestID, r.Scope
+	}
+	enc, err := eventstore.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Log.write("I", scopeName, id, op, base64.StdEncoding.EncodeToString(enc)); err != nil {
+		return nil, err
+	}
+	reply, err := call(ctx, w.C, req)
+	if err != nil {
+		var me *messages.Error
+		if errors.As(err, &me) && refusable(me.Code) {
+			if lerr := w.Log.write("R", scopeName, id, op, string(me.Code)); lerr != nil {
+				return nil, lerr
+			}
+			return nil, fmt.Errorf("%w: %s %s: %v", errRefused, op, id, err)
+		}
+		return nil, fmt.Errorf("%s %s on scope %q: %w", op, id, scopeName, err)
+	}
+	version, wrote, extra := outcome(req, reply)
+	fields := []string{"A", scopeName, id, op, fmt.Sprint(version), wrote}
+	if extra != "" {
+		fields = append(fields, extra)
+	}
+	if err := w.Log.write(fields...); err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+// refusable codes are domain refusals the storm can cause by racing its
+// own model (a budget that ran out, a limit crossed); anything else — a
+// store failure, an internal error — fails the storm.
+func refusable(c messages.Code) bool {
+	switch c {
+	case messages.CodeStoreFailed, messages.CodeInternal, messages.CodeUnavailable, messages.CodeBadRequest,
+		messages.CodeRequestIDReused, messages.CodeVersionConflict:
+		return false
+	}
+	return true
+}
+
+// outcome is what the side file records of a reply.
+func outcome(req messages.Request, reply messages.Reply) (version int64, wrote, extra string) {
+	wrote = "1"
+	switch r := reply.(type) {
+	case *messages.CompactionResult:
+		if r.ItemsRemoved == 0 && r.SummaryID == "" {
+			wrote = "0"
+		}
+	case *messages.ActorResumeState:
+		if r.Version == 0 {
+			wrote = "0"
+		}
+	case *messages.SuspensionToken:
+		extra = "tok=" + r.FrameID + ":" + r.Token
+	case *messages.RecordUsageReply:
+		if r.Suspension != nil {
+			extra = "tok=" + r.Suspension.FrameID + ":" + r.Suspension.Token
+		}
+	case *messages.PopFrameReply:
+		if r.ParentSuspension != nil {
+			extra = "tok=" + r.ParentSuspension.FrameID + ":" + r.ParentSuspension.Token
+		}
+	}
+	return resultVersion(reply), wrote, extra
+}
+
+func resultVersion(r messages.Reply) int64 {
+	switch x := r.(type) {
+	case *messages.PushFrameReply:
+		return x.Version
+	case *messages.PopFrameReply:
+		return x.Version
+	case *messages.UpdateFrameReply:
+		return x.Version
+	case *messages.AddContextHandleReply:
+		return x.Version
+	case *messages.AddResultReply:
+		return x.Version
+	case *messages.RecordUsageReply:
+		return x.Version
+	case *messages.StartToolCallReply:
+		return x.Version
+	case *messages.FinishToolCallReply:
+		return x.Version
+	case *messages.SuspensionToken:
+		return x.Version
+	case *messages.ResumeFrameReply:
+		return x.Version
+	case *messages.CompactionResult:
+		return x.Version
+	case *messages.ActorResumeState:
+		return x.Version
+	}
+	return -1
+}
+
+// call sends req through the typed Client method of its type.
+func call(ctx context.Context, c *actors.Client, req messages.Request) (messages.Reply, error) {
+	switch r := req.(type) {
+	case *messages.PushFrame:
+		return c.PushFrame(ctx, r)
+	case *messages.PopFrame:
+		return c.PopFrame(ctx, r)
+	case *messages.UpdateFrame:
+		return c.UpdateFrame(ctx, r)
+	case *messages.AddContextHandle:
+		return c.AddContextHandle(ctx, r)
+	case *messages.AddResult:
+		return c.AddResult(ctx, r)
+	case *messages.RecordUsage:
+		return c.RecordUsage(ctx, r)
+	case *messages.StartToolCall:
+		return c.StartToolCall(ctx, r)
+	case *messages.FinishToolCall:
+		return c.FinishToolCall(ctx, r)
+	case *messages.SuspendFrame:
+		return c.SuspendFrame(ctx, r)
+	case *messages.ResumeFrame:
+		return c.ResumeFrame(ctx, r)
+	case *messages.CompactContext:
+		return c.CompactContext(ctx, r)
+	case *messages.ResumeActor:
+		return c.ResumeActor(ctx, r)
+	}
+	return nil, fmt.Errorf("crashtest: no client call for %T", req)
+}
+
+// Resume rebuilds the storm's view of a scope with ResumeActor, as an
+// agent actor's Started handler would.
+func (w *Storm) Resume(ctx context.Context, name string) (*scope, error) {
+	reply, err := w.send(ctx, &messages.ResumeActor{Scope: name})
+	if err != nil {
+		return nil, err
+	}
+	st := reply.(*messages.ActorResumeState)
+	s := &scope{name: name, frames: map[string]*mframe{}}
+	for _, f := range st.LiveFrames {
+		m := &mframe{id: f.ID, parent: f.ParentID, status: f.Status, depth: f.Depth, handles: f.Handles}
+		for _, c := range f.InDoubt {
+			m.calls = append(m.calls, c.ID)
+		}
+		if f.Status == frames.StatusSuspended {
+			m.token = w.Tokens[name][f.ID]
+		}
+		s.frames[f.ID] = m
+	}
+	return s, nil
+}
+
+func mut(s *scope) messages.Mutation { return messages.Mutation{Scope: s.name} }
+
+// Step sends one random request on s (reads now and then too). A refusal
+// is not an error: the view is marked stale and re-read next time.
+func (w *Storm) Step(ctx context.Context, rng *rand.Rand, s *scope) error {
+	if s.stale {
+		fresh, err := w.Resume(ctx, s.name)
+		if err != nil {
+			return err
+		}
+		*s = *fresh
+	}
+	err := w.step(ctx, rng, s)
+	if errors.Is(err, errRefused) {
+		s.stale = true
+		return nil
+	}
+	return err
+}
+
+func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
+	live := s.live()
+	if len(live) == 0 || (len(live) < 3 && rng.IntN(8) == 0) {
+		limits := budget.Limits{}
+		if rng.IntN(3) == 0 {
+			limits.Turns = 2 + int64(rng.IntN(3))
+		}
+		r, err := w.send(ctx, &messages.PushFrame{Mutation: mut(s), Goal: fmt.Sprintf("root goal %d", rng.IntN(1000)),
+			Inputs: inputs(rng), Budget: budget.TokenBudget{Total: 1_000_000, MaxSubframeDepth: 4}, Limits: limits})
+		if err != nil {
+			return err
+		}
+		p := r.(*messages.PushFrameReply)
+		s.frames[p.FrameID] = &mframe{id: p.FrameID, status: frames.StatusActive}
+		return nil
+	}
+	if rng.IntN(40) == 0 {
+		_, err := w.Resume(ctx, s.name) // an actor restarted: actor.resumed
+		return err
+	}
+	f := live[rng.IntN(len(live))]
+	switch f.status {
+	case frames.StatusSuspended:
+		if f.token == "" || rng.IntN(6) == 0 {
+			return w.pop(ctx, rng, s, f, true)
+		}
+		if _, err := w.send(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: f.token}); err != nil {
+			return err
+		}
+		f.status, f.token = frames.StatusActive, ""
+		if s.liveChildren(f.id) > 0 {
+			f.status = frames.StatusWaiting
+		}
+		return nil
+	case frames.StatusWaiting:
+		switch rng.IntN(6) {
+		case 0:
+			return w.pop(ctx, rng, s, f, true)
+		case 1, 2:
+			return w.addHandle(ctx, rng, s, f)
+		case 3:
+			return w.update(ctx, rng, s, f)
+		default:
+			return w.read(ctx, rng, s, f)
+		}
+	}
+	switch op := rng.IntN(23); {
+	case op < 3 && f.depth < 3:
+		r, err := w.send(ctx, &messages.PushFrame{Mutation: mut(s), ParentID: f.id, Goal: fmt.Sprintf("subtask %d", rng.IntN(1000)),
+			Budget: budget.TokenBudget{Total: 2000 + int64(rng.IntN(3000))}, Inputs: inputs(rng)})
+		if err != nil {
+			return err
+		}
+		p := r.(*messages.PushFrameReply)
+		s.frames[p.FrameID] = &mframe{id: p.FrameID, parent: f.id, status: frames.StatusActive, depth: p.Depth}
+		f.status = frames.StatusWaiting
+		return nil
+	case op < 7:
+		return w.addHandle(ctx, rng, s, f)
+	case op < 8:
+		_, err := w.send(ctx, &messages.AddResult{Mutation: mut(s), FrameID: f.id, Kind: "file", Ref: fmt.Sprintf("/out/%d.txt", rng.IntN(1e6)),
+			Summary: "a result"})
+		return err
+	case op < 10:
+		r, err := w.send(ctx, &messages.RecordUsage{Mutation: mut(s), FrameID: f.id,
+			Cost: budget.Cost{InputTokens: int64(rng.IntN(200)), OutputTokens: int64(rng.IntN(100)), Turns: 1, SpendMicros: int64(rng.IntN(500))}})
+		if err != nil {
+			return err
+		}
+		if sp := r.(*messages.RecordUsageReply).Suspension; sp != nil {
+			f.status, f.token = frames.StatusSuspended, sp.Token
+		}
+		return nil
+	case op < 12:
+		r, err := w.send(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: f.id, Name: "search", Input: []byte(`{"q":"x"}`)})
+		if err != nil {
+			return err
+		}
+		f.calls = append(f.calls, r.(*messages.StartToolCallReply).CallID)
+		return nil
+	case op < 14 && len(f.calls) > 0:
+		i := rng.IntN(len(f.calls))
+		_, err := w.send(ctx, &messages.FinishToolCall{Mutation: mut(s), FrameID: f.id, CallID: f.calls[i],
+			Output: strings.Repeat("result text ", 1+rng.IntN(40)), IsError: rng.IntN(10) == 0})
+		if err != nil {
+			return err
+		}
+		f.calls = append(f.calls[:i], f.calls[i+1:]...)
+		f.handles += 2
+		return nil
+	case op < 15:
+		return w.update(ctx, rng, s, f)
+	case op < 16:
+		r, err := w.send(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: f.id, Reason: frames.SuspendApproval, Note: "needs a human"})
+		if err != nil {
+			return err
+		}
+		f.status, f.token = frames.StatusSuspended, r.(*messages.SuspensionToken).Token
+		return nil
+	case op < 18 && f.handles >= 2:
+		r, err := w.send(ctx, &messages.CompactContext{Mutation: mut(s), FrameID: f.id, TargetTokens: int64(rng.IntN(200)),
+			Strategy: messages.Strategy{Kind: []string{messages.StrategyPriorityBased, messages.StrategySummarizeOldest}[rng.IntN(2)], KeepRecent: 1}})
+		if err != nil {
+			return err
+		}
+		c := r.(*messages.CompactionResult)
+		f.handles -= c.ItemsRemoved
+		if c.SummaryID != "" {
+			f.handles++
+		}
+		return nil
+	case op < 20:
+		return w.pop(ctx, rng, s, f, s.liveChildren(f.id) > 0)
+	default:
+		return w.read(ctx, rng, s, f)
+	}
+}
+
+func inputs(rng *rand.Rand) []byte {
+	b, _ := eventstore.Marshal(map[string]any{"n": rng.IntN(1000), "tags": []string{"a", "b"}})
+	return b
+}
+
+func (w *Storm) addHandle(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {
+	prio := []compaction.Priority{compaction.Low, compaction.Medium, compaction.High, compaction.Critical}[rng.IntN(4)]
+	if prio == compaction.Critical && rng.IntN(3) > 0 {
+		prio = compaction.Low
+	}
+	_, err := w.send(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: f.id, Priority: prio,
+		Content: strings.Repeat("context words ", 1+rng.IntN(60))})
+	if err == nil {
+		f.handles++
+	}
+	return err
+}
+
+func (w *Storm) update(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {
+	goal := fmt.Sprintf("revised goal %d", rng.IntN(1000))
+	_, err := w.send(ctx, &messages.UpdateFrame{Mutation: mut(s), FrameID: f.id, Goal: &goal, ReserveDelta: int64(rng.IntN(50))})
+	return err
+}
+
+func (w *Storm) pop(ctx context.Context, rng *rand.Rand, s *scope, f *mframe, cascade bool) error {
+	status := []frames.Status{frames.StatusCompleted, frames.StatusCompleted, frames.StatusFailed, frames.StatusCancelled}[rng.IntN(4)]
+	r, err := w.send(ctx, &messages.PopFrame{Mutation: mut(s), FrameID: f.id, Status: status, Cascade: cascade})
+	if err != nil {
+		return err
+	}
+	p := r.(*messages.PopFrameReply)
+	f.status = p.Status
+	for _, id := range p.Cancelled {
+		if c := s.frames[id]; c != nil {
+			c.status = frames.StatusCancelled
+		}
+	}
+	if parent := s.frames[f.parent]; parent != nil && parent.status == frames.StatusWaiting && s.liveChildren(parent.id) == 0 {
+		parent.status = frames.StatusActive
+	}
+	if ps := p.ParentSuspension; ps != nil {
+		if parent := s.frames[ps.FrameID]; parent != nil {
+			parent.status, parent.token = frames.StatusSuspended, ps.Token
+		}
+	}
+	return nil
+}
+
+// read sends a read now and then: packs and stacks must work mid-storm.
+func (w *Storm) read(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {
+	var err error
+	if rng.IntN(2) == 0 {
+		_, err = w.C.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s.name, FrameID: f.id, BudgetTokens: 600 + int64(rng.IntN(4000))})
+	} else {
+		_, err = w.C.GetStack(ctx, &messages.GetStack{Scope: s.name, FrameID: f.id})
+	}
+	var me *messages.Error
+	if errors.As(err, &me) && refusable(me.Code) {
+		return nil // a pack whose critical content outgrew the budget, say
+	}
+	return err
+}
+
+func sortFrames(fs []*mframe) {
+	sort.Slice(fs, func(i, j int) bool { return fs[i].id < fs[j].id })
+}

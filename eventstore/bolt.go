@@ -319,20 +319,10 @@ func (s *boltSource) entry(k, v []byte) (int64, []byte, bool, error) {
 // rather than ctx.Err(): returning "canceled" for events that were in fact
 // committed would be a lie the caller might act on.
 func (s *BoltStore) Append(ctx context.Context, stream string, expected int64, events []Event) (AppendResult, error) {
-	if s.closedFlag.Load() {
-		return AppendResult{}, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return AppendResult{}, err
-	}
-	r := getRequest()
-	var err error
-	r.buf, r.ends, err = encodeAppend(r.buf, r.ends, stream, expected, events, &s.opts.Limits)
+	r, err := s.newAppend(ctx, stream, expected, events)
 	if err != nil {
-		putRequest(r)
 		return AppendResult{}, err
 	}
-	r.kind, r.ctx, r.stream, r.expected = reqAppend, ctx, stream, expected
 	if err := s.submit(ctx, r); err != nil {
 		putRequest(r)
 		return AppendResult{}, err
@@ -342,6 +332,26 @@ func (s *BoltStore) Append(ctx context.Context, stream string, expected int64, e
 	return res, err
 }
 
+// newAppend validates and encodes an append into a request, in the
+// caller's goroutine.
+func (s *BoltStore) newAppend(ctx context.Context, stream string, expected int64, events []Event) (*request, error) {
+	if s.closedFlag.Load() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := getRequest()
+	var err error
+	r.buf, r.ends, err = encodeAppend(r.buf, r.ends, stream, expected, events, &s.opts.Limits)
+	if err != nil {
+		putRequest(r)
+		return nil, err
+	}
+	r.kind, r.ctx, r.stream, r.expected = reqAppend, ctx, stream, expected
+	return r, nil
+}
+
 // AppendAsync is Append without the wait, for callers that must not block
 // a goroutine per append (an actor with many scopes in flight): done is
 // called exactly once with what Append would have returned — on the
@@ -349,23 +359,12 @@ func (s *BoltStore) Append(ctx context.Context, stream string, expected int64, e
 // the append is refused before it is queued. done must be quick and must
 // not block or call the store: it runs while the committer waits.
 func (s *BoltStore) AppendAsync(ctx context.Context, stream string, expected int64, events []Event, done func(AppendResult, error)) {
-	if s.closedFlag.Load() {
-		done(AppendResult{}, ErrClosed)
-		return
-	}
-	if err := ctx.Err(); err != nil {
-		done(AppendResult{}, err)
-		return
-	}
-	r := getRequest()
-	var err error
-	r.buf, r.ends, err = encodeAppend(r.buf, r.ends, stream, expected, events, &s.opts.Limits)
+	r, err := s.newAppend(ctx, stream, expected, events)
 	if err != nil {
-		putRequest(r)
 		done(AppendResult{}, err)
 		return
 	}
-	r.kind, r.ctx, r.stream, r.expected, r.cb = reqAppend, ctx, stream, expected, done
+	r.cb = done
 	if err := s.enqueue(ctx, r); err != nil {
 		putRequest(r)
 		done(AppendResult{}, err)

@@ -438,33 +438,17 @@ func (s *BoltStore) ReadStream(ctx context.Context, stream string, from int64, f
 		return err
 	}
 	cr := newChainReader(stream, from)
-	var chunk []Record
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var end bool
-		err := s.view(func(tx *bolt.Tx) error {
+	return deliver(ctx, func(buf []Record) (chunk []Record, end bool, err error) {
+		err = s.view(func(tx *bolt.Tx) error {
 			bk, err := openBuckets(tx)
 			if err != nil {
 				return err
 			}
-			chunk, end, err = cr.readChunk(newBoltSource(bk, stream), chunk[:0], true, chunkRecords, chunkBytes)
+			chunk, end, err = cr.readChunk(newBoltSource(bk, stream), buf, true, chunkRecords, chunkBytes)
 			return err
 		})
-		if err != nil {
-			return err
-		}
-		for i := range chunk {
-			if err := fn(chunk[i]); err != nil {
-				return err
-			}
-		}
-		clear(chunk)
-		if end {
-			return nil
-		}
-	}
+		return chunk, end, err
+	}, fn)
 }
 
 // ReadAll implements Store. Each record is checked against its global index
@@ -472,33 +456,17 @@ func (s *BoltStore) ReadStream(ctx context.Context, stream string, from int64, f
 // chains are checked by ReadStream and VerifyStream.
 func (s *BoltStore) ReadAll(ctx context.Context, from uint64, fn func(Record) error) error {
 	w := allWalker{next: max(from, 1)}
-	var chunk []Record
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var end bool
-		err := s.view(func(tx *bolt.Tx) error {
+	return deliver(ctx, func(buf []Record) (chunk []Record, end bool, err error) {
+		err = s.view(func(tx *bolt.Tx) error {
 			bk, err := openBuckets(tx)
 			if err != nil {
 				return err
 			}
-			chunk, end, err = w.readChunk(bk, chunk[:0])
+			chunk, end, err = w.readChunk(bk, buf)
 			return err
 		})
-		if err != nil {
-			return err
-		}
-		for i := range chunk {
-			if err := fn(chunk[i]); err != nil {
-				return err
-			}
-		}
-		clear(chunk)
-		if end {
-			return nil
-		}
-	}
+		return chunk, end, err
+	}, fn)
 }
 
 // allWalker walks the global index across read transactions.

@@ -1,6 +1,7 @@
 package eventstore
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -211,4 +212,31 @@ func recordDecodeError(stream string, version int64, err error) error {
 			ErrUnsupportedFormat, stream, version, ev.got, recordEnvelopeVersion)
 	}
 	return &CorruptionError{Stream: stream, Version: version, Reason: "undecodable record", Err: err}
+}
+
+// deliver is the read loop every store's ReadStream and ReadAll share:
+// read fetches the next chunk of records into buf (under the store's lock or
+// inside a read transaction) and says whether it was the last; fn then sees
+// each record with no lock held, so it may call the store.
+func deliver(ctx context.Context, read func(buf []Record) (chunk []Record, end bool, err error), fn func(Record) error) error {
+	var chunk []Record
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var end bool
+		var err error
+		if chunk, end, err = read(chunk[:0]); err != nil {
+			return err
+		}
+		for i := range chunk {
+			if err := fn(chunk[i]); err != nil {
+				return err
+			}
+		}
+		clear(chunk)
+		if end {
+			return nil
+		}
+	}
 }

@@ -159,54 +159,30 @@ func (m *MemoryStore) ReadStream(ctx context.Context, stream string, from int64,
 		return err
 	}
 	cr := newChainReader(stream, from)
-	var chunk []Record
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	return deliver(ctx, func(buf []Record) ([]Record, bool, error) {
 		if err := m.rlock(); err != nil {
-			return err
+			return nil, false, err
 		}
-		var end bool
-		var err error
-		chunk, end, err = cr.readChunk(&memSource{ms: m.streams[stream]}, chunk[:0], true, chunkRecords, chunkBytes)
-		m.mu.RUnlock()
-		if err != nil {
-			return err
-		}
-		for i := range chunk {
-			if err := fn(chunk[i]); err != nil {
-				return err
-			}
-		}
-		clear(chunk)
-		if end {
-			return nil
-		}
-	}
+		defer m.mu.RUnlock()
+		return cr.readChunk(&memSource{ms: m.streams[stream]}, buf, true, chunkRecords, chunkBytes)
+	}, fn)
 }
 
 // ReadAll implements Store. fn runs without the store's lock held.
 func (m *MemoryStore) ReadAll(ctx context.Context, from uint64, fn func(Record) error) error {
 	next := max(from, 1)
-	var chunk []Record
 	var types interner
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	return deliver(ctx, func(chunk []Record) ([]Record, bool, error) {
 		if err := m.rlock(); err != nil {
-			return err
+			return nil, false, err
 		}
-		chunk = chunk[:0]
-		var err error
+		defer m.mu.RUnlock()
 		for next <= uint64(len(m.index)) && len(chunk) < chunkRecords {
 			e := m.index[next-1]
 			raw := m.streams[e.stream].recs[e.version-1]
 			var f recordFields
-			if err = parseRecord(raw, &f); err != nil {
-				err = recordDecodeError(e.stream, e.version, err)
-				break
+			if err := parseRecord(raw, &f); err != nil {
+				return nil, false, recordDecodeError(e.stream, e.version, err)
 			}
 			chunk = append(chunk, Record{
 				Stream:   e.stream,
@@ -219,21 +195,8 @@ func (m *MemoryStore) ReadAll(ctx context.Context, from uint64, fn func(Record) 
 			})
 			next++
 		}
-		end := next > uint64(len(m.index))
-		m.mu.RUnlock()
-		if err != nil {
-			return err
-		}
-		for i := range chunk {
-			if err := fn(chunk[i]); err != nil {
-				return err
-			}
-		}
-		clear(chunk)
-		if end {
-			return nil
-		}
-	}
+		return chunk, next > uint64(len(m.index)), nil
+	}, fn)
 }
 
 // Stream implements Store.

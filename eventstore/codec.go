@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strings"
 	"unicode/utf8"
 )
@@ -405,69 +406,116 @@ type recordFields struct {
 	data    []byte
 }
 
+// envelope walks a canonical stored envelope: a map whose first field is
+// the envelope version, then single-letter fields, each exactly once, and no
+// trailing byte. The parser loops on next, decodes the value of key with r,
+// and reports the key's bit (0: not a field of this envelope) to mark; done
+// checks that every field was seen. A plain loop rather than a callback, so
+// that decoding a record allocates nothing.
+type envelope struct {
+	r    mpReader
+	what string // names the envelope in errors
+	n, i int
+	key  []byte
+	seen uint8
+	err  error
+}
+
+func openEnvelope(b []byte, what string, version uint64) (envelope, error) {
+	e := envelope{r: mpReader{b: b}, what: what, i: 1}
+	n, v, err := e.r.envelopeVersion()
+	if err != nil {
+		return e, err
+	}
+	if v != version {
+		return e, errEnvelopeVersion{got: v}
+	}
+	e.n = n
+	return e, nil
+}
+
+// next reads the next key; false at the end or on an error.
+func (e *envelope) next() bool {
+	if e.err != nil || e.i >= e.n {
+		return false
+	}
+	e.i++
+	if e.key, e.err = e.r.str(); e.err != nil {
+		return false
+	}
+	if len(e.key) != 1 {
+		e.err = fmt.Errorf("unknown %s field %q", e.what, e.key)
+		return false
+	}
+	return true
+}
+
+// mark records the outcome of decoding the current key's value.
+func (e *envelope) mark(bit uint8, err error) {
+	switch {
+	case err != nil:
+		e.err = fmt.Errorf("field %q: %w", e.key, err)
+	case bit == 0:
+		e.err = fmt.Errorf("unknown %s field %q", e.what, e.key)
+	case e.seen&bit != 0:
+		e.err = fmt.Errorf("duplicate %s field %q", e.what, e.key)
+	default:
+		e.seen |= bit
+	}
+}
+
+// done reports the walk's first error, a missing field or trailing bytes.
+func (e *envelope) done(all uint8) error {
+	if e.err != nil {
+		return e.err
+	}
+	if e.seen != all {
+		return fmt.Errorf("%s fields missing (have mask %0*b)", e.what, bits.Len8(all), e.seen)
+	}
+	if e.r.off != len(e.r.b) {
+		return fmt.Errorf("%d trailing bytes after the %s", len(e.r.b)-e.r.off, e.what)
+	}
+	return nil
+}
+
 // parseRecord decodes a stored record without copying. It returns an
 // errEnvelopeVersion for an unknown envelope version and a plain error for
 // anything else that is wrong.
 func parseRecord(b []byte, f *recordFields) error {
-	r := mpReader{b: b}
-	n, v, err := r.envelopeVersion()
+	e, err := openEnvelope(b, "record", recordEnvelopeVersion)
 	if err != nil {
 		return err
 	}
-	if v != recordEnvelopeVersion {
-		return errEnvelopeVersion{got: v}
-	}
-	var seen uint8
-	for i := 1; i < n; i++ {
-		k, err := r.str()
-		if err != nil {
-			return err
-		}
-		if len(k) != 1 {
-			return fmt.Errorf("unknown record field %q", k)
-		}
-		var bit uint8
-		switch k[0] {
+	for e.next() {
+		r := &e.r
+		switch e.key[0] {
 		case 'q':
-			bit = 1
 			f.seq, err = r.uint()
+			e.mark(1, err)
 		case 'n':
-			bit = 2
 			f.version, err = r.int()
+			e.mark(2, err)
 		case 'p':
-			bit = 4
 			var p []byte
 			if p, err = r.bin(); err == nil && len(p) != sha256.Size {
 				err = fmt.Errorf("prev hash is %d bytes, want %d", len(p), sha256.Size)
 			}
 			copy(f.prev[:], p)
+			e.mark(4, err)
 		case 's':
-			bit = 8
 			f.stream, err = r.str()
+			e.mark(8, err)
 		case 't':
-			bit = 16
 			f.typ, err = r.str()
+			e.mark(16, err)
 		case 'd':
-			bit = 32
 			f.data, err = r.bin()
+			e.mark(32, err)
 		default:
-			return fmt.Errorf("unknown record field %q", k)
+			e.mark(0, nil)
 		}
-		if err != nil {
-			return fmt.Errorf("field %q: %w", k, err)
-		}
-		if seen&bit != 0 {
-			return fmt.Errorf("duplicate record field %q", k)
-		}
-		seen |= bit
 	}
-	if seen != 63 {
-		return fmt.Errorf("record fields missing (have mask %06b)", seen)
-	}
-	if r.off != len(b) {
-		return fmt.Errorf("%d trailing bytes after the record", len(b)-r.off)
-	}
-	return nil
+	return e.done(63)
 }
 
 // snapshotFields is a decoded snapshot; the byte slices alias the stored value.
@@ -481,65 +529,43 @@ type snapshotFields struct {
 }
 
 func parseSnapshot(b []byte, f *snapshotFields) error {
-	r := mpReader{b: b}
-	n, v, err := r.envelopeVersion()
+	e, err := openEnvelope(b, "snapshot", snapshotEnvelopeVersion)
 	if err != nil {
 		return err
 	}
-	if v != snapshotEnvelopeVersion {
-		return errEnvelopeVersion{got: v}
-	}
-	var seen uint8
-	for i := 1; i < n; i++ {
-		k, err := r.str()
-		if err != nil {
-			return err
-		}
-		if len(k) != 1 {
-			return fmt.Errorf("unknown snapshot field %q", k)
-		}
-		var bit uint8
-		switch k[0] {
+	for e.next() {
+		r := &e.r
+		switch e.key[0] {
 		case 'n':
-			bit = 1
 			f.version, err = r.int()
+			e.mark(1, err)
 		case 'f':
-			bit = 2
 			var u uint64
 			if u, err = r.uint(); err == nil && u > math.MaxUint32 {
 				err = errors.New("format overflows uint32")
 			}
 			f.format = uint32(u)
+			e.mark(2, err)
 		case 'c':
-			bit = 4
 			var p []byte
 			if p, err = r.bin(); err == nil && len(p) != sha256.Size {
 				err = fmt.Errorf("checksum is %d bytes, want %d", len(p), sha256.Size)
 			}
 			copy(f.checksum[:], p)
 			f.checksumOff = r.off - len(p)
+			e.mark(4, err)
 		case 's':
-			bit = 8
 			f.stream, err = r.str()
+			e.mark(8, err)
 		case 'd':
-			bit = 16
 			f.data, err = r.bin()
+			e.mark(16, err)
 		default:
-			return fmt.Errorf("unknown snapshot field %q", k)
+			e.mark(0, nil)
 		}
-		if err != nil {
-			return fmt.Errorf("field %q: %w", k, err)
-		}
-		if seen&bit != 0 {
-			return fmt.Errorf("duplicate snapshot field %q", k)
-		}
-		seen |= bit
 	}
-	if seen != 31 {
-		return fmt.Errorf("snapshot fields missing (have mask %05b)", seen)
-	}
-	if r.off != len(b) {
-		return fmt.Errorf("%d trailing bytes after the snapshot", len(b)-r.off)
+	if err := e.done(31); err != nil {
+		return err
 	}
 	var zero Hash
 	h := sha256.New()

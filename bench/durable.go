@@ -145,17 +145,30 @@ func runAgents(ctx context.Context, path string, opts *eventstore.Options, shard
 		return phase{}, errs(err, n.stop())
 	default:
 	}
-	lats := make([]Latencies, scopes)
-	begin := time.Now()
-	for i, a := range agents {
-		mine := ops / scopes
+	counts := make([]int, scopes)
+	for i := range counts {
+		counts[i] = ops / scopes
 		if i < ops%scopes {
-			mine++
+			counts[i]++
 		}
-		lats[i] = make(Latencies, 0, mine)
+	}
+	ph, err := timedWriters(counts, func(i, _ int) error { return op(agents[i], ctx) })
+	return ph, errs(err, n.stop())
+}
+
+// timedWriters runs one goroutine per writer i, timing counts[i] calls of
+// op(i, j) for j = 0, 1, …; a writer stops at its first error, and the
+// first error of any writer is returned.
+func timedWriters(counts []int, op func(i, j int) error) (phase, error) {
+	lats := make([]Latencies, len(counts))
+	errc := make(chan error, len(counts))
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for i, n := range counts {
+		lats[i] = make(Latencies, 0, n)
 		wg.Go(func() {
-			for range mine {
-				if err := lats[i].Time(func() error { return op(a, ctx) }); err != nil {
+			for j := range n {
+				if err := lats[i].Time(func() error { return op(i, j) }); err != nil {
 					errc <- err
 					return
 				}
@@ -164,9 +177,6 @@ func runAgents(ctx context.Context, path string, opts *eventstore.Options, shard
 	}
 	wg.Wait()
 	wall := time.Since(begin)
-	if err := n.stop(); err != nil {
-		return phase{}, err
-	}
 	select {
 	case err := <-errc:
 		return phase{}, err
@@ -183,38 +193,17 @@ func groupCommit(ctx context.Context, path string, names []string, streams [][]e
 		return phase{}, err
 	}
 	defer os.Remove(path)
-	lats := make([]Latencies, len(streams))
-	errc := make(chan error, len(streams))
-	var wg sync.WaitGroup
-	begin := time.Now()
-	for i, evs := range streams {
-		lats[i] = make(Latencies, 0, len(evs))
-		wg.Go(func() {
-			var version int64
-			for j := range evs {
-				err := lats[i].Time(func() error {
-					r, err := store.Append(ctx, names[i], version, evs[j:j+1])
-					version = r.LastVersion
-					return err
-				})
-				if err != nil {
-					errc <- err
-					return
-				}
-			}
-		})
+	counts := make([]int, len(streams))
+	versions := make([]int64, len(streams))
+	for i := range streams {
+		counts[i] = len(streams[i])
 	}
-	wg.Wait()
-	wall := time.Since(begin)
-	if err := store.Close(); err != nil {
-		return phase{}, err
-	}
-	select {
-	case err := <-errc:
-		return phase{}, err
-	default:
-	}
-	return phase{Merge(lats), wall}, nil
+	ph, err := timedWriters(counts, func(i, j int) error {
+		r, err := store.Append(ctx, names[i], versions[i], streams[i][j:j+1])
+		versions[i] = r.LastVersion
+		return err
+	})
+	return ph, errs(err, store.Close())
 }
 
 // oneTxn puts events into a bare bbolt file, one transaction per event,
@@ -233,43 +222,17 @@ func oneTxn(path string, names []string, streams [][]eventstore.Event, limit int
 			left--
 		}
 	}
-	lats := make([]Latencies, len(streams))
-	errc := make(chan error, len(streams))
-	var wg sync.WaitGroup
-	begin := time.Now()
-	for i, evs := range streams {
-		lats[i] = make(Latencies, 0, quota[i])
-		wg.Go(func() {
-			name := []byte(names[i])
-			for j := range quota[i] {
-				err := lats[i].Time(func() error {
-					return db.Update(func(tx *bolt.Tx) error {
-						b, err := tx.CreateBucketIfNotExists(name)
-						if err != nil {
-							return err
-						}
-						b.FillPercent = 1.0
-						return b.Put(binary.BigEndian.AppendUint64(nil, uint64(j+1)), evs[j].Data)
-					})
-				})
-				if err != nil {
-					errc <- err
-					return
-				}
+	ph, err := timedWriters(quota, func(i, j int) error {
+		return db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte(names[i]))
+			if err != nil {
+				return err
 			}
+			b.FillPercent = 1.0
+			return b.Put(binary.BigEndian.AppendUint64(nil, uint64(j+1)), streams[i][j].Data)
 		})
-	}
-	wg.Wait()
-	wall := time.Since(begin)
-	if err := db.Close(); err != nil {
-		return phase{}, err
-	}
-	select {
-	case err := <-errc:
-		return phase{}, err
-	default:
-	}
-	return phase{Merge(lats), wall}, nil
+	})
+	return ph, errs(err, db.Close())
 }
 
 func sortedKeys[V any](m map[string]V) []string {

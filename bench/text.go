@@ -140,11 +140,14 @@ func pageLabel(n int) string {
 func mb(n int64) float64 { return float64(n) / (1 << 20) }
 
 // count formats an integer with thousands separators.
-func count(n int) string { return num(float64(n)) }
+func count(n int) string { return Num(float64(n)) }
 
-// num formats a figure with thousands separators and no decimals above 100,
-// one decimal below.
-func num(v float64) string {
+// num is Num (kept short for the tables here).
+func num(v float64) string { return Num(v) }
+
+// Num formats a figure with thousands separators and no decimals above 100,
+// one decimal below (the peers module prints its table with it too).
+func Num(v float64) string {
 	if v < 100 && v != float64(int64(v)) {
 		return fmt.Sprintf("%.1f", v)
 	}

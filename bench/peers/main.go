@@ -341,19 +341,6 @@ func writeSideBySide(w io.Writer, out *Output, c config) error {
 	return nil
 }
 
-func count(n int) string { return num(float64(n)) }
+func count(n int) string { return bench.Num(float64(n)) }
 
-func num(v float64) string {
-	if v < 100 && v != float64(int64(v)) {
-		return fmt.Sprintf("%.1f", v)
-	}
-	s := fmt.Sprintf("%.0f", v)
-	var b strings.Builder
-	for i, ch := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(ch)
-	}
-	return b.String()
-}
+func num(v float64) string { return bench.Num(v) }

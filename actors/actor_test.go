@@ -224,7 +224,7 @@ func TestVersionGuard(t *testing.T) {
 func TestResumeActorAfterRestart(t *testing.T) {
 	e := newEnv(t)
 	c := e.c
-	empty, err := c.ResumeActor(ctx, &messages.ResumeActor{Scope: "fresh"})
+	empty, err := c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "fresh"}})
 	require.NoError(t, err)
 	assert.Nil(t, empty.CurrentFrame)
 	assert.Equal(t, int64(0), e.version("fresh"), "an empty scope writes nothing")
@@ -237,10 +237,10 @@ func TestResumeActorAfterRestart(t *testing.T) {
 	_, err = c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut("s"), FrameID: other, Reason: frames.SuspendApproval})
 	require.NoError(t, err)
 
-	before, err := c.ResumeActor(ctx, &messages.ResumeActor{Scope: "s"})
+	before, err := c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "s"}})
 	require.NoError(t, err)
 	e.restart()
-	after, err := e.c.ResumeActor(ctx, &messages.ResumeActor{Scope: "s"})
+	after, err := e.c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "s"}})
 	require.NoError(t, err)
 
 	assert.Equal(t, before.CurrentFrame, after.CurrentFrame)

@@ -24,6 +24,9 @@ type Client struct {
 	route   func(scope string) *actor.PID
 	timeout time.Duration
 	newID   func() string
+	// admit, when set, admits a request into its shard's bounded mailbox
+	// (returning what to send) or refuses it with ErrOverloaded.
+	admit func(req messages.Request) (any, error)
 	// send, when set, carries each request instead of a local future to
 	// route(scope): remote PIDs and the cluster (remote.go, cluster.go). It
 	// returns the reply as received, or an error of this package.
@@ -38,7 +41,7 @@ func NewClient(root *actor.RootContext, pid *actor.PID, timeout time.Duration) *
 	if timeout <= 0 {
 		timeout = DefaultConfig().RequestTimeout
 	}
-	c := &Client{root: root, timeout: timeout, newID: NewID, route: func(string) *actor.PID { return pid }}
+	c := &Client{root: root, timeout: timeout, newID: NewRequestID, route: func(string) *actor.PID { return pid }}
 	if isRemote(root.ActorSystem(), pid) {
 		c.send = remoteSend(root.ActorSystem(), func(string) (*actor.PID, error) { return pid, nil }, 0)
 	}
@@ -86,7 +89,14 @@ func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request
 // request sends req to its shard's PID in this actor system and waits for
 // the reply.
 func (c *Client) request(ctx context.Context, req messages.Request, timeout time.Duration) (any, error) {
-	f := c.root.RequestFuture(c.route(req.ScopeName()), req, timeout)
+	var msg any = req
+	if c.admit != nil {
+		var err error
+		if msg, err = c.admit(req); err != nil {
+			return nil, err
+		}
+	}
+	f := c.root.RequestFuture(c.route(req.ScopeName()), msg, timeout)
 	var res any
 	var err error
 	if ctx.Done() == nil {

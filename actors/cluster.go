@@ -341,7 +341,7 @@ func splitListen(addr string) (string, int, error) {
 // Client returns a Client that reaches every scope of the cluster at its
 // home member.
 func (n *ClusterNode) Client() *Client {
-	return &Client{root: n.sys.Root, timeout: n.cc.RequestTimeout, newID: NewID, send: n.router.send}
+	return &Client{root: n.sys.Root, timeout: n.cc.RequestTimeout, newID: NewRequestID, send: n.router.send}
 }
 
 // Server is the member's StateIndex (nil on a client node).

@@ -193,7 +193,7 @@ func TestScopeActivatedTwiceNeverForks(t *testing.T) {
 	for id, n := range seen {
 		assert.Equal(t, 1, n, "request %s applied once", id)
 	}
-	st, _, err := actors.LoadState(ctx, store, scope, 0, nil)
+	st, _, err := actors.LoadState(ctx, store, scope, actors.Recall{}, nil)
 	require.NoError(t, err)
 	assert.Len(t, st.Frames[root.FrameID].Handles, 2*perWriter)
 	// A stale activation catches up at its next write: the conflict drops

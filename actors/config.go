@@ -28,10 +28,23 @@ type Config struct {
 	// snapshot plus the events after it.
 	CacheScopes int
 	CacheBytes  int64
+	// MaxPending bounds each shard's pending work: requests in its mailbox
+	// plus requests held behind a scope's write or load plus scopes with
+	// one in flight. Past it a request is answered ErrOverloaded at once
+	// (not applied; safe to retry) instead of queueing without limit.
+	MaxPending int
 	// SnapshotEvery is how many events of a scope pass between snapshots.
 	SnapshotEvery int64
-	// RequestWindow is how many recent request ids a scope remembers.
-	RequestWindow int
+	// RequestHorizon is how long a scope remembers a committed request id:
+	// a resend within it is answered with the original reply, however many
+	// requests came in between, also after a restart. ClockSkew is how far
+	// a client's clock may run ahead of the server's: ids are remembered for
+	// RequestHorizon + 2·ClockSkew after their commit, and an id whose
+	// first-send time (UUIDv7, as the Client mints them) is older than
+	// RequestHorizon + ClockSkew is refused with request_expired, never
+	// applied again.
+	RequestHorizon time.Duration
+	ClockSkew      time.Duration
 	// Counter counts tokens; packs never exceed their budget under it.
 	Counter compaction.Counter
 	// CounterName names the counter in packs' metadata.
@@ -71,8 +84,10 @@ func DefaultConfig() Config {
 		Shards:         16,
 		CacheScopes:    4096,
 		CacheBytes:     256 << 20,
+		MaxPending:     10_000,
 		SnapshotEvery:  1000,
-		RequestWindow:  frames.DefaultRequestWindow,
+		RequestHorizon: time.Duration(frames.DefaultRequestHorizon),
+		ClockSkew:      time.Duration(frames.DefaultClockSkew),
 		Counter:        compaction.EstimateCounter{},
 		CounterName:    "estimate_bytes_div_4",
 		Summarizer:     compaction.Extractive{},
@@ -103,11 +118,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CacheBytes <= 0 {
 		c.CacheBytes = d.CacheBytes
 	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = d.MaxPending
+	}
 	if c.SnapshotEvery <= 0 {
 		c.SnapshotEvery = d.SnapshotEvery
 	}
-	if c.RequestWindow <= 0 {
-		c.RequestWindow = d.RequestWindow
+	if c.RequestHorizon <= 0 {
+		c.RequestHorizon = d.RequestHorizon
+	}
+	if c.ClockSkew <= 0 {
+		c.ClockSkew = d.ClockSkew
 	}
 	if c.Counter == nil {
 		c.Counter, c.CounterName = d.Counter, d.CounterName
@@ -156,6 +177,37 @@ func NewID() string {
 	binary.LittleEndian.PutUint64(b[8:], g.Uint64())
 	idGen.Put(g)
 	return hex.EncodeToString(b[:])
+}
+
+// NewRequestID returns a fresh request id: a UUIDv7 (RFC 9562), whose first
+// 48 bits are the current Unix time in milliseconds and the rest random.
+// The Client mints one for every mutating request that has none; the time
+// in it is the request's first-send time, by which the server refuses a
+// resend older than its idempotency horizon (Config.RequestHorizon) instead
+// of applying it twice. Keep the id for every resend of the same request.
+func NewRequestID() string { return requestIDAt(time.Now()) }
+
+func requestIDAt(t time.Time) string {
+	g := idGen.Get().(*mrand.ChaCha8)
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], g.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], g.Uint64())
+	idGen.Put(g)
+	ms := uint64(t.UnixMilli())
+	b[0], b[1], b[2], b[3], b[4], b[5] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
+	b[6] = 0x70 | b[6]&0x0F
+	b[8] = 0x80 | b[8]&0x3F
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], b[10:])
+	return string(out[:])
 }
 
 var idGen = sync.Pool{New: func() any {

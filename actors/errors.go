@@ -38,11 +38,18 @@ var (
 	ErrTooManyHandles        = messages.ErrTooManyHandles
 	ErrCompactionRefused     = messages.ErrCompactionRefused
 	ErrRequestIDReused       = messages.ErrRequestIDReused
-	ErrVersionConflict       = messages.ErrVersionConflict
-	ErrStoreFailed           = messages.ErrStoreFailed
-	ErrUnavailable           = messages.ErrUnavailable
-	ErrBadRequest            = messages.ErrBadRequest
-	ErrInternal              = messages.ErrInternal
+	// ErrRequestExpired: the request id's first-send time is older than the
+	// server's idempotency horizon; it was not applied. Send a new id if
+	// the work must still be done.
+	ErrRequestExpired = messages.ErrRequestExpired
+	// ErrOverloaded: the scope's shard has as much pending work as it is
+	// configured to hold; the request was not applied: retry later.
+	ErrOverloaded      = messages.ErrOverloaded
+	ErrVersionConflict = messages.ErrVersionConflict
+	ErrStoreFailed     = messages.ErrStoreFailed
+	ErrUnavailable     = messages.ErrUnavailable
+	ErrBadRequest      = messages.ErrBadRequest
+	ErrInternal        = messages.ErrInternal
 	// ErrTimeout: the reply did not arrive before the deadline. For a
 	// mutating request the outcome is unknown: resend it with the same
 	// request id, which applies it at most once.
@@ -75,6 +82,7 @@ var errorTable = []struct {
 	{frames.ErrCriticalHandle, messages.CodeCompactionRefused},
 	{frames.ErrSplitGroup, messages.CodeCompactionRefused},
 	{frames.ErrRequestIDReused, messages.CodeRequestIDReused},
+	{frames.ErrRequestExpired, messages.CodeRequestExpired},
 	{budget.ErrInsufficientTokens, messages.CodeInsufficientTokens},
 	{budget.ErrLimitExceeded, messages.CodeLimitExceeded},
 	{compaction.ErrCriticalExceedsBudget, messages.CodeCriticalExceedsBudget},

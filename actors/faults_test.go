@@ -81,7 +81,7 @@ func (e *faultEnv) durable(scope string) (int64, int) {
 	e.t.Helper()
 	info, err := e.bolt.Stream(ctx, scope)
 	require.NoError(e.t, err)
-	st, _, err := actors.LoadState(ctx, e.bolt, scope, 0, nil)
+	st, _, err := actors.LoadState(ctx, e.bolt, scope, actors.Recall{}, nil)
 	require.NoError(e.t, err)
 	return info.Version, len(st.Frames)
 }

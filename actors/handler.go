@@ -43,6 +43,8 @@ type entry struct {
 	snapVersion int64 // version of the latest snapshot written or loaded
 	snapBytes   int64 // its encoded size
 	sinceSnap   int64 // encoded bytes of the events appended since
+	// info says how the scope was loaded, until a ResumeActor reports it.
+	info LoadInfo
 }
 
 func newHandler(cfg Config, store eventstore.Store, cacheScopes int, cacheBytes int64) (*handler, error) {
@@ -68,39 +70,90 @@ type write struct {
 	reply func(*write) (messages.Reply, error)
 }
 
-// handle answers one request: either with a reply now, or with a write
-// that must be appended (runAppend) and then finished (finish) before its
-// reply exists. It never panics.
-func (h *handler) handle(req messages.Request) (reply messages.Reply, w *write) {
+// outcome is what handling a request comes to: a reply now, a write to
+// append (runAppend, then finish), or a job: store reads to run off the
+// shard's goroutine before the request can be answered.
+type outcome struct {
+	reply messages.Reply
+	w     *write
+	job   *job
+}
+
+// job is I/O a request needs: run on a goroutine of its own (it touches
+// only the store and its own data), then finish on the shard's goroutine,
+// which may come to another outcome. Its scope's later requests wait.
+type job struct {
+	scope  string
+	run    func() any
+	finish func(any) outcome
+}
+
+func replied(r messages.Reply) outcome { return outcome{reply: r} }
+
+// handle answers one request: with a reply now, a write, or a job. A scope
+// not in the cache is loaded by a job first, so that no request ever reads
+// a cold scope from the store on the shard's goroutine. It never panics.
+func (h *handler) handle(req messages.Request) (out outcome) {
 	defer func() {
 		if r := recover(); r != nil {
 			h.log.Error("stateindex: request handler panicked", "error", r, "request", fmt.Sprintf("%T", req))
 			if req != nil {
 				h.cache.Remove(req.ScopeName()) // its state may be half-changed
 			}
-			reply, w = failure(req, messages.Errorf(messages.CodeInternal, "internal error handling %T", req)), nil
+			out = replied(failure(req, messages.Errorf(messages.CodeInternal, "internal error handling %T", req)))
 		}
 	}()
 	if req == nil {
-		return failure(nil, messages.Errorf(messages.CodeBadRequest, "nil request")), nil
+		return replied(failure(nil, messages.Errorf(messages.CodeBadRequest, "nil request")))
 	}
 	if err := frames.ValidateScope(req.ScopeName(), h.cfg.Frames.MaxScopeBytes); err != nil {
-		return failure(req, toWire(err)), nil
+		return replied(failure(req, toWire(err)))
+	}
+	if _, ok := h.cache.Get(req.ScopeName()); !ok {
+		return outcome{job: h.loadJob(req)}
 	}
 	ctx := context.Background()
 	switch r := req.(type) {
 	case *messages.AssembleContextPack:
-		return h.assemble(ctx, r), nil
+		return replied(h.assemble(ctx, r))
 	case *messages.ResumeActor:
-		return h.resumeActor(ctx, r)
+		reply, w := h.resumeActor(ctx, r)
+		return outcome{reply: reply, w: w}
 	case *messages.GetFrame:
-		return h.getFrame(ctx, r), nil
+		return replied(h.getFrame(ctx, r))
 	case *messages.GetStack:
-		return h.getStack(ctx, r), nil
+		return replied(h.getStack(ctx, r))
 	case messages.MutatingRequest:
 		return h.mutate(ctx, r)
 	}
-	return failure(req, messages.Errorf(messages.CodeBadRequest, "unknown request %T", req)), nil
+	return replied(failure(req, messages.Errorf(messages.CodeBadRequest, "unknown request %T", req)))
+}
+
+type loaded struct {
+	st   *frames.State
+	info LoadInfo
+	err  error
+}
+
+// loadJob rebuilds a cold scope off the shard, then handles req.
+func (h *handler) loadJob(req messages.Request) *job {
+	scope := req.ScopeName()
+	return &job{scope: scope,
+		run: func() any {
+			st, info, err := LoadState(context.Background(), h.store, scope, h.cfg.Recall(), h.log)
+			return loaded{st, info, err}
+		},
+		finish: func(v any) outcome {
+			l := v.(loaded)
+			if l.err != nil {
+				return replied(failure(req, toWire(l.err)))
+			}
+			if _, ok := h.cache.Peek(scope); !ok { // the scope was held: nothing can have loaded it meanwhile
+				h.put(scope, &entry{st: l.st, size: estimateState(l.st), snapVersion: l.info.SnapshotVersion,
+					snapBytes: l.info.SnapshotBytes, sinceSnap: l.info.ReplayedBytes, info: l.info})
+			}
+			return h.handle(req)
+		}}
 }
 
 // failure returns req's reply type carrying err (a bare *messages.ContextPack
@@ -122,17 +175,16 @@ type Undecodable struct {
 	messages.Result
 }
 
-// load returns the scope's cached state, rebuilding it when cold.
-func (h *handler) load(ctx context.Context, scope string) (*entry, LoadInfo, error) {
-	if e, ok := h.cache.Get(scope); ok {
-		return e, LoadInfo{}, nil
+// load returns the scope's cached state and how it was loaded (once: the
+// next load of a cached scope reports nothing). handle loads every scope
+// before it dispatches, so a miss here is a bug, reported as one.
+func (h *handler) load(_ context.Context, scope string) (*entry, LoadInfo, error) {
+	e, ok := h.cache.Get(scope)
+	if !ok {
+		return nil, LoadInfo{}, fmt.Errorf("scope %q is not loaded", scope)
 	}
-	st, info, err := LoadState(ctx, h.store, scope, h.cfg.RequestWindow, h.log)
-	if err != nil {
-		return nil, info, err
-	}
-	e := &entry{st: st, size: estimateState(st), snapVersion: info.SnapshotVersion, snapBytes: info.SnapshotBytes, sinceSnap: info.ReplayedBytes}
-	h.put(scope, e)
+	info := e.info
+	e.info = LoadInfo{}
 	return e, info, nil
 }
 
@@ -146,12 +198,26 @@ type LoadInfo struct {
 	Took            time.Duration
 }
 
+// Recall says how long a scope remembers request ids (zero: the defaults).
+type Recall struct {
+	Horizon, Skew time.Duration
+}
+
+// Recall returns the configuration's request-id horizon.
+func (c Config) Recall() Recall { return Recall{c.RequestHorizon, c.ClockSkew} }
+
+func (r Recall) newState(scope string) *frames.State {
+	st := frames.NewState(scope, 0)
+	st.SetHorizon(int64(r.Horizon), int64(r.Skew))
+	return st
+}
+
 // LoadState rebuilds a scope's state from the store: its latest snapshot
 // (if readable, of the current format, and continued by the log) plus the
 // events after it, or a full replay. A log that does not replay — a record
 // that does not decode, an event inconsistent with the state — is an error
 // naming the stream and version. log may be nil.
-func LoadState(ctx context.Context, store eventstore.Store, scope string, window int, log *slog.Logger) (*frames.State, LoadInfo, error) {
+func LoadState(ctx context.Context, store eventstore.Store, scope string, recall Recall, log *slog.Logger) (*frames.State, LoadInfo, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -167,17 +233,18 @@ func LoadState(ctx context.Context, store eventstore.Store, scope string, window
 		case err != nil:
 			log.Warn("stateindex: snapshot undecodable, replaying the whole stream", "scope", scope, "error", err)
 		case ok2:
+			s.SetHorizon(int64(recall.Horizon), int64(recall.Skew))
 			st, info.FromSnapshot, info.SnapshotVersion, info.SnapshotBytes = s, true, snap.Version, int64(len(snap.Data))
 		}
 	}
 	if st == nil {
-		st = frames.NewState(scope, window)
+		st = recall.newState(scope)
 	}
 	err = replay(ctx, store, st, &info)
 	if err != nil && info.FromSnapshot {
 		// A snapshot that the log does not continue is not trusted.
 		log.Warn("stateindex: snapshot inconsistent with log, replaying the whole stream", "scope", scope, "error", err)
-		st, info = frames.NewState(scope, window), LoadInfo{}
+		st, info = recall.newState(scope), LoadInfo{}
 		err = replay(ctx, store, st, &info)
 	}
 	if err != nil {
@@ -255,52 +322,53 @@ func requestHash(req messages.Request) ([]byte, error) {
 
 // mutate decides a mutating request; the write it returns carries the
 // events to append.
-func (h *handler) mutate(ctx context.Context, req messages.MutatingRequest) (messages.Reply, *write) {
+func (h *handler) mutate(ctx context.Context, req messages.MutatingRequest) outcome {
 	m := req.Mut()
 	if m.RequestID == "" {
-		return failure(req, messages.Errorf(messages.CodeInvalidArgument, "request id is required on %T (the Client sets one)", req)), nil
+		return replied(failure(req, messages.Errorf(messages.CodeInvalidArgument, "request id is required on %T (the Client sets one)", req)))
 	}
 	if err := frames.ValidateID("request id", m.RequestID, h.cfg.Frames.MaxIDBytes); err != nil {
-		return failure(req, toWire(err)), nil
+		return replied(failure(req, toWire(err)))
 	}
 	hash, err := requestHash(req)
 	if err != nil {
-		return failure(req, messages.Errorf(messages.CodeBadRequest, "request cannot be encoded: %v", err)), nil
+		return replied(failure(req, messages.Errorf(messages.CodeBadRequest, "request cannot be encoded: %v", err)))
 	}
 	e, _, err := h.load(ctx, m.Scope)
 	if err != nil {
-		return failure(req, toWire(err)), nil
+		return replied(failure(req, toWire(err)))
 	}
 	st := e.st
-	rec, dup, err := st.CheckRequest(m.RequestID, hash)
+	now := h.cfg.Clock().UnixNano()
+	rec, dup, err := st.CheckRequest(m.RequestID, hash, now)
 	if err != nil {
-		return failure(req, toWire(err)), nil
+		return replied(failure(req, toWire(err)))
 	}
 	if dup {
-		return h.repeat(ctx, req, rec), nil
+		return outcome{job: h.repeatJob(req, rec)}
 	}
 	if m.IfVersion != nil && *m.IfVersion != st.Version {
-		return failure(req, &messages.Error{Code: messages.CodeVersionConflict, Version: st.Version,
-			Message: fmt.Sprintf("scope %q is at version %d, request expected %d", m.Scope, st.Version, *m.IfVersion)}), nil
+		return replied(failure(req, &messages.Error{Code: messages.CodeVersionConflict, Version: st.Version,
+			Message: fmt.Sprintf("scope %q is at version %d, request expected %d", m.Scope, st.Version, *m.IfVersion)}))
 	}
-	hdr := frames.Header{RequestID: m.RequestID, RequestHash: hash, Now: h.cfg.Clock().UnixNano(), Reason: m.Reason}
+	hdr := frames.Header{RequestID: m.RequestID, RequestHash: hash, Now: now, Reason: m.Reason}
 	cmd, early, err := h.command(st, req, hdr)
 	if err != nil {
-		return failure(req, toWire(err)), nil
+		return replied(failure(req, toWire(err)))
 	}
 	if early != nil {
-		return early, nil
+		return replied(early)
 	}
 	evs, err := frames.Decide(h.cfg.Frames, st, cmd)
 	if err != nil {
-		return failure(req, toWire(err)), nil
+		return replied(failure(req, toWire(err)))
 	}
 	w, err := h.begin(req, e, evs)
 	if err != nil {
-		return failure(req, toWire(err)), nil
+		return replied(failure(req, toWire(err)))
 	}
 	w.reply = func(w *write) (messages.Reply, error) { return h.replyFromEvents(w.req, w.evs, w.e.st.Version) }
-	return nil, w
+	return outcome{w: w}
 }
 
 // begin encodes decided events into a write at the state's version.
@@ -399,30 +467,45 @@ func (h *handler) maybeSnapshot(e *entry) {
 // errStop ends a bounded stream read.
 var errStop = errors.New("stop")
 
-// repeat answers a request id seen before with the reply the original got,
-// rebuilt from the events it appended.
-func (h *handler) repeat(ctx context.Context, req messages.Request, rec frames.RequestRecord) messages.Reply {
-	var evs []frames.Event
-	err := h.store.ReadStream(ctx, req.ScopeName(), rec.FirstVersion, func(r eventstore.Record) error {
-		if r.Version > rec.LastVersion {
-			return errStop
-		}
-		ev, err := eventstore.DecodeFrameEvent(r)
-		if err != nil {
-			return err
-		}
-		evs = append(evs, ev)
-		return nil
-	})
-	if err != nil && !errors.Is(err, errStop) {
-		return failure(req, toWire(err))
+// repeatJob answers a request id seen before with the reply the original
+// got, rebuilt from the events it appended, which it reads off the shard.
+func (h *handler) repeatJob(req messages.Request, rec frames.RequestRecord) *job {
+	type read struct {
+		evs []frames.Event
+		err error
 	}
-	if int64(len(evs)) != rec.LastVersion-rec.FirstVersion+1 {
-		return failure(req, messages.Errorf(messages.CodeStoreFailed, "events %d..%d of request %q are missing", rec.FirstVersion, rec.LastVersion, rec.ID))
-	}
-	reply, err := h.replyFromEvents(req, evs, rec.LastVersion)
-	if err != nil {
-		return failure(req, toWire(err))
-	}
-	return reply
+	scope := req.ScopeName()
+	return &job{scope: scope,
+		run: func() any {
+			var evs []frames.Event
+			err := h.store.ReadStream(context.Background(), scope, rec.FirstVersion, func(r eventstore.Record) error {
+				if r.Version > rec.LastVersion {
+					return errStop
+				}
+				ev, err := eventstore.DecodeFrameEvent(r)
+				if err != nil {
+					return err
+				}
+				evs = append(evs, ev)
+				return nil
+			})
+			if errors.Is(err, errStop) {
+				err = nil
+			}
+			return read{evs, err}
+		},
+		finish: func(v any) outcome {
+			r := v.(read)
+			if r.err != nil {
+				return replied(failure(req, toWire(r.err)))
+			}
+			if int64(len(r.evs)) != rec.LastVersion-rec.FirstVersion+1 {
+				return replied(failure(req, messages.Errorf(messages.CodeStoreFailed, "events %d..%d of request %q are missing", rec.FirstVersion, rec.LastVersion, rec.ID)))
+			}
+			reply, err := h.replyFromEvents(req, r.evs, rec.LastVersion)
+			if err != nil {
+				return replied(failure(req, toWire(err)))
+			}
+			return replied(reply)
+		}}
 }

@@ -195,7 +195,10 @@ func TestHostileInputCatalogue(t *testing.T) {
 			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(strings.Repeat("s", 129)), Goal: "g"})
 			return err
 		}, actors.ErrInvalidScope, nil},
-		{"resume actor on a NUL scope", func() error { _, err := c.ResumeActor(ctx, &messages.ResumeActor{Scope: "\x00"}); return err }, actors.ErrInvalidScope, nil},
+		{"resume actor on a NUL scope", func() error {
+			_, err := c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "\x00"}})
+			return err
+		}, actors.ErrInvalidScope, nil},
 
 		// Ids: printable ASCII, at most 64 bytes; NUL, invalid UTF-8.
 		{"frame id with NUL", func() error {
@@ -240,7 +243,7 @@ func TestHostileInputCatalogue(t *testing.T) {
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"resume actor with a NUL request id", func() error {
-			_, err := c.ResumeActor(ctx, &messages.ResumeActor{Scope: s, RequestID: "\x00"})
+			_, err := c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: s, RequestID: "\x00"}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 
@@ -664,7 +667,7 @@ func TestHostileInputCatalogue(t *testing.T) {
 			return err
 		}, actors.ErrStoreFailed, ed},
 		{"a scope whose log is damaged: resume", func() error {
-			_, err := ed.c.ResumeActor(ctx, &messages.ResumeActor{Scope: "victim"})
+			_, err := ed.c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "victim"}})
 			return err
 		}, actors.ErrStoreFailed, ed},
 		{"a truncated data file", func() error {

@@ -119,7 +119,7 @@ func (h *handler) resumeActor(ctx context.Context, r *messages.ResumeActor) (mes
 	}
 	reqID := r.RequestID
 	if reqID == "" {
-		reqID = h.cfg.NewID()
+		return failure(r, messages.Errorf(messages.CodeInvalidArgument, "request id is required on %T (the Client sets one)", r)), nil
 	}
 	if err := frames.ValidateID("request id", reqID, h.cfg.Frames.MaxIDBytes); err != nil {
 		return failure(r, toWire(err)), nil
@@ -128,7 +128,8 @@ func (h *handler) resumeActor(ctx context.Context, r *messages.ResumeActor) (mes
 	if err != nil {
 		return failure(r, toWire(err)), nil
 	}
-	_, dup, err := st.CheckRequest(reqID, hash)
+	now := h.cfg.Clock().UnixNano()
+	_, dup, err := st.CheckRequest(reqID, hash, now)
 	if err != nil {
 		return failure(r, toWire(err)), nil
 	}
@@ -143,7 +144,7 @@ func (h *handler) resumeActor(ctx context.Context, r *messages.ResumeActor) (mes
 	if err != nil {
 		return failure(r, toWire(err)), nil
 	}
-	cmd := &frames.ResumeActor{Header: frames.Header{RequestID: reqID, RequestHash: hash, Now: h.cfg.Clock().UnixNano()},
+	cmd := &frames.ResumeActor{Header: frames.Header{RequestID: reqID, RequestHash: hash, Now: now, Reason: r.Reason},
 		FramesRecovered: int64(len(st.LiveFrames())), PendingItems: int64(len(st.Pending())), LastSeq: seq}
 	evs, err := frames.Decide(h.cfg.Frames, st, cmd)
 	if err != nil {

@@ -155,7 +155,7 @@ func TestRemoteClientDoesEverything(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut("remote-1"), Token: tok.Token})
 	require.NoError(t, err)
-	st, err := c.ResumeActor(ctx, &messages.ResumeActor{Scope: "remote-1"})
+	st, err := c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "remote-1"}})
 	require.NoError(t, err)
 	assert.Len(t, st.LiveFrames, 2)
 	f, err := c.GetFrame(ctx, &messages.GetFrame{Scope: "remote-1", FrameID: root.FrameID})

@@ -224,7 +224,7 @@ func coldResume(ctx context.Context, path string, snapshotEvery int64, reps int,
 		opened := time.Since(begin)
 		var r *messages.ActorResumeState
 		begin = time.Now()
-		r, err = n.client.ResumeActor(ctx, &messages.ResumeActor{Scope: resumeScope})
+		r, err = n.client.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: resumeScope}})
 		took := time.Since(begin)
 		if err = errs(err, n.stop()); err != nil {
 			return out, err

@@ -30,7 +30,7 @@ func FuzzDecodeDomain(f *testing.F) {
 			}
 		}
 	}
-	st := frames.NewState("s", 4)
+	st := frames.NewState("s", 0)
 	for _, e := range sampleEvents()[:3] {
 		_ = frames.Apply(st, e)
 	}
@@ -72,6 +72,6 @@ func FuzzDecodeDomain(f *testing.F) {
 		if err != nil || !bytes.Equal(enc.Data, enc2.Data) {
 			t.Fatalf("%s is not stable through a re-encoding (%v):\n%x\n%x", typ, err, enc.Data, enc2.Data)
 		}
-		_ = frames.Apply(frames.NewState("s", 4), e)
+		_ = frames.Apply(frames.NewState("s", 0), e)
 	})
 }

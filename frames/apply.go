@@ -60,27 +60,45 @@ func Apply(s *State, e Event) error {
 	return nil
 }
 
-// remember keeps the request window: consecutive events of one request
-// extend its record. The slice grows to twice the window before the oldest
-// half is dropped, so trimming is amortized.
+// remember records the event's request: consecutive events of one request
+// extend its record. Records older than the horizon plus twice the clock
+// skew (by the event's server time) are dropped: by age, never by count, so
+// a busy scope forgets nothing younger than that (see ExpiredRequest for
+// why twice the skew).
 func (s *State) remember(m *Meta, version int64) {
-	if m.RequestID == "" {
+	if m.RequestID != "" {
+		if n := len(s.Requests); n > 0 {
+			last := &s.Requests[n-1]
+			if last.ID == m.RequestID && last.LastVersion == version-1 {
+				last.LastVersion = version
+				return
+			}
+		}
+		s.indexRequests()
+		s.Requests = append(s.Requests, RequestRecord{ID: m.RequestID, Hash: cloneBytes(m.RequestHash), FirstVersion: version, LastVersion: version, At: m.At})
+		s.requestIdx[m.RequestID] = s.reqBase + len(s.Requests) - 1
+	}
+	s.forget(m.At)
+}
+
+// forget drops the records that committed before now-(Horizon+2·Skew).
+func (s *State) forget(now int64) {
+	keep := s.Horizon + 2*s.Skew
+	if keep <= 0 || len(s.Requests) == 0 || s.Requests[0].At >= now-keep {
 		return
 	}
-	if n := len(s.Requests); n > 0 {
-		last := &s.Requests[n-1]
-		if last.ID == m.RequestID && last.LastVersion == version-1 {
-			last.LastVersion = version
-			return
+	s.indexRequests()
+	k := 0
+	for k < len(s.Requests) && s.Requests[k].At < now-keep {
+		if s.requestIdx[s.Requests[k].ID] == s.reqBase+k {
+			delete(s.requestIdx, s.Requests[k].ID)
 		}
+		k++
 	}
-	s.Requests = append(s.Requests, RequestRecord{ID: m.RequestID, Hash: cloneBytes(m.RequestHash), FirstVersion: version, LastVersion: version})
-	if s.requestIdx != nil && len(s.requestIdx) == len(s.Requests)-1 {
-		s.requestIdx[m.RequestID] = len(s.Requests) - 1
-	}
-	if len(s.Requests) > 2*s.Window {
-		s.Requests = append([]RequestRecord(nil), s.Requests[len(s.Requests)-s.Window:]...)
-		s.requestIdx = nil
+	s.reqBase += k
+	s.Requests = s.Requests[k:]
+	if cap(s.Requests) > 64 && cap(s.Requests) > 4*len(s.Requests) {
+		s.Requests = append([]RequestRecord(nil), s.Requests...)
 	}
 }
 

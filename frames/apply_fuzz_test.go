@@ -237,7 +237,7 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte{0x00, 0x02, 0x00, 0x05, 0x07, 0x09, 0x0b, 0x11, 0x13, 0x20, 0x40, 0xff, 0xfe})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg := frames.DefaultConfig()
-		s := frames.NewState("fuzz", 4)
+		s := frames.NewState("fuzz", 0)
 		p := &program{b: data}
 		now := int64(1)
 		for step := 0; len(p.b) > 0 && step < 200; step++ {

@@ -17,7 +17,7 @@ import (
 func TestApplyRefusesEventsFoundByFuzzing(t *testing.T) {
 	m := func(frame string) frames.Meta { return frames.Meta{Scope: "fuzz", Frame: frame, At: 5, RequestID: "q"} }
 	base := func(t *testing.T) *frames.State {
-		s := frames.NewState("fuzz", 4)
+		s := frames.NewState("fuzz", 0)
 		require.NoError(t, frames.Apply(s, &frames.FramePushed{Meta: m("root"), Goal: "g",
 			Budget: budget.TokenBudget{Total: 1000, MaxSubframeDepth: 1}}))
 		require.NoError(t, frames.Apply(s, &frames.FramePushed{Meta: m("child"), ParentID: "root", Goal: "g", Depth: 1,

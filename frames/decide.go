@@ -72,10 +72,20 @@ func Decide(cfg Config, s *State, cmd Command) ([]Event, error) {
 
 // CheckRequest tells whether a request id was already committed in this
 // scope: dup is true with the original record when id and hash match; a
-// known id with another hash is ErrRequestIDReused.
-func (s *State) CheckRequest(id string, hash []byte) (rec RequestRecord, dup bool, err error) {
+// known id with another hash is ErrRequestIDReused; an unknown id stamped
+// with a first-send time older than the horizon is ErrRequestExpired (see
+// ExpiredRequest). now is the server's time (unix ns).
+func (s *State) CheckRequest(id string, hash []byte, now int64) (rec RequestRecord, dup bool, err error) {
 	if id == "" {
 		return RequestRecord{}, false, nil
+	}
+	// Expiry comes first, so the answer at the horizon does not depend on
+	// whether the record has been dropped yet.
+	if s.ExpiredRequest(id, now) {
+		sent, _ := RequestIDTime(id)
+		return RequestRecord{}, false, fmt.Errorf("%w: %q was first sent %s ago, past the horizon of %s (plus %s of clock skew): "+
+			"its outcome is no longer guaranteed to be remembered, so it is not applied; send a new request id if it must run",
+			ErrRequestExpired, id, span(now-sent), span(s.Horizon), span(s.Skew))
 	}
 	rec, ok := s.Request(id)
 	if !ok {
@@ -85,6 +95,30 @@ func (s *State) CheckRequest(id string, hash []byte) (rec RequestRecord, dup boo
 		return RequestRecord{}, false, fmt.Errorf("%w: %q", ErrRequestIDReused, id)
 	}
 	return rec, true, nil
+}
+
+// ExpiredRequest reports whether id carries a first-send time (RequestIDTime)
+// older than now - (Horizon + Skew). Records are kept until Horizon + 2·Skew
+// after their commit, so an id the scope has forgotten always reads as
+// expired here when the client's clock was at most Skew ahead of the
+// server's: the record committed no earlier than the id's time minus Skew.
+// Ids that carry no time are remembered for the same span after their
+// commit and not refused after it.
+func (s *State) ExpiredRequest(id string, now int64) bool {
+	sent, ok := RequestIDTime(id)
+	return ok && sent < now-s.Horizon-s.Skew
+}
+
+// span formats nanoseconds for a message without importing time's clock.
+func span(ns int64) string {
+	switch {
+	case ns >= 2*24*3600*1e9:
+		return fmt.Sprintf("%.1f days", float64(ns)/(24*3600*1e9))
+	case ns >= 2*3600*1e9:
+		return fmt.Sprintf("%.1f hours", float64(ns)/(3600*1e9))
+	default:
+		return fmt.Sprintf("%.1f minutes", float64(ns)/(60*1e9))
+	}
 }
 
 type decider struct {

@@ -33,6 +33,7 @@ var (
 	ErrInconsistentEvent  = errors.New("frames: event inconsistent with state")
 	ErrUnknownEventType   = errors.New("frames: unknown event type")
 	ErrRequestIDReused    = errors.New("frames: request id reused with a different request")
+	ErrRequestExpired     = errors.New("frames: request id older than the idempotency horizon")
 	ErrInvariantViolation = errors.New("frames: invariant violated")
 )
 

@@ -70,7 +70,8 @@ func (w *world) push(id, parent string, total int64) {
 }
 
 func (w *world) replay() *frames.State {
-	s := frames.NewState(w.s.Scope, w.s.Window)
+	s := frames.NewState(w.s.Scope, w.s.Horizon)
+	s.SetHorizon(w.s.Horizon, w.s.Skew)
 	for _, e := range w.log {
 		require.NoError(w.t, frames.Apply(s, e))
 	}
@@ -273,16 +274,18 @@ func TestToolCallsAndPending(t *testing.T) {
 	assert.Equal(t, []string{"h-call", "h-res"}, f.Handle("sum-1").Covers)
 }
 
-func TestRequestWindow(t *testing.T) {
+func TestRequestHorizon(t *testing.T) {
 	w := newWorld(t)
-	w.s = frames.NewState("agent-1", 4)
+	const horizon, skew = 1_000_000, 1_000
+	w.s = frames.NewState("agent-1", horizon)
+	w.s.SetHorizon(horizon, skew)
 	w.push("r", "", 100)
 	first := w.s.Requests[0]
-	rec, dup, err := w.s.CheckRequest(first.ID, first.Hash)
+	rec, dup, err := w.s.CheckRequest(first.ID, first.Hash, w.now)
 	require.NoError(t, err)
 	assert.True(t, dup)
 	assert.Equal(t, int64(1), rec.FirstVersion)
-	_, _, err = w.s.CheckRequest(first.ID, []byte("other"))
+	_, _, err = w.s.CheckRequest(first.ID, []byte("other"), w.now)
 	assert.ErrorIs(t, err, frames.ErrRequestIDReused)
 
 	// A multi-event request is one record spanning its versions.
@@ -292,13 +295,50 @@ func TestRequestWindow(t *testing.T) {
 	last := w.s.Requests[len(w.s.Requests)-1]
 	assert.Equal(t, last.FirstVersion+1, last.LastVersion)
 
-	for i := 0; i < 20; i++ {
+	// However busy the scope, nothing younger than the horizon is forgotten
+	// (the old window kept 1,024–2,048 ids).
+	for i := 0; i < 2100; i++ {
 		w.must(&frames.AddContextHandle{Header: w.hdr(), FrameID: "r", Handle: frames.ContextHandle{ID: fmt.Sprintf("h%d", i), Priority: compaction.Low}})
 	}
-	assert.LessOrEqual(t, len(w.s.Requests), 8, "bounded at twice the window")
-	_, dup, err = w.s.CheckRequest(first.ID, first.Hash)
+	require.Less(t, w.now-first.At, int64(horizon))
+	_, dup, err = w.s.CheckRequest(first.ID, first.Hash, w.now)
 	require.NoError(t, err)
-	assert.False(t, dup, "old ids fall out of the window")
+	assert.True(t, dup, "an id within the horizon is remembered after 2,100 later requests")
+
+	// Past horizon + 2·skew after its commit, the record is dropped by age.
+	w.now = first.At + horizon + 2*skew + 1
+	w.must(&frames.AddContextHandle{Header: w.hdr(), FrameID: "r", Handle: frames.ContextHandle{ID: "late", Priority: compaction.Low}})
+	_, ok := w.s.Request(first.ID)
+	assert.False(t, ok, "forgotten past the horizon")
+	for _, r := range w.s.Requests {
+		assert.GreaterOrEqual(t, r.At, w.now-horizon-2*skew)
+	}
+	assert.Equal(t, w.replay().Requests, w.s.Requests, "replay forgets the same records")
+}
+
+func TestRequestIDTime(t *testing.T) {
+	// 0x0192 3c4d 5e6f ms = 1,727,965,306,479 ms.
+	ns, ok := frames.RequestIDTime("01923c4d-5e6f-7abc-8def-0123456789ab")
+	require.True(t, ok)
+	assert.Equal(t, int64(0x01923c4d5e6f)*1e6, ns)
+	for _, id := range []string{"", "req-1", "01923c4d-5e6f-4abc-8def-0123456789ab", /* v4 */
+		"01923c4d-5e6f-7abc-cdef-0123456789ab" /* variant */, "01923c4d-5e6f-7abc-8def-0123456789ag", "01923c4d5e6f-7abc-8def-0123456789abc"} {
+		_, ok := frames.RequestIDTime(id)
+		assert.False(t, ok, id)
+	}
+}
+
+func TestExpiredRequestRefused(t *testing.T) {
+	s := frames.NewState("s", 0)
+	s.SetHorizon(1_000e6, 10e6) // 1 s, 10 ms skew
+	id := "00000000-0064-7000-8000-000000000000"    // sent at 100 ms
+	_, _, err := s.CheckRequest(id, []byte{1}, 1_110e6) // exactly horizon+skew later
+	require.NoError(t, err)
+	_, _, err = s.CheckRequest(id, []byte{1}, 1_110e6+1)
+	require.ErrorIs(t, err, frames.ErrRequestExpired)
+	assert.Contains(t, err.Error(), "not applied")
+	_, _, err = s.CheckRequest("untimed-id", []byte{1}, 1<<62)
+	assert.NoError(t, err, "ids without a time are never refused as expired")
 }
 
 func TestBadInputsChangeNothing(t *testing.T) {

@@ -93,7 +93,7 @@ func genCommand(t *rapid.T, s *frames.State, hdr frames.Header, n int) frames.Co
 func TestPropertyDecideApplyReplay(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := frames.DefaultConfig()
-		s := frames.NewState("prop", 8)
+		s := frames.NewState("prop", 0)
 		var log []frames.Event
 		steps := rapid.IntRange(1, 80).Draw(t, "steps")
 		now := int64(1)
@@ -119,7 +119,7 @@ func TestPropertyDecideApplyReplay(t *testing.T) {
 			}
 			log = append(log, evs...)
 		}
-		r := frames.NewState("prop", 8)
+		r := frames.NewState("prop", 0)
 		for _, e := range log {
 			if err := frames.Apply(r, e); err != nil {
 				t.Fatalf("replay: %v", err)

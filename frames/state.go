@@ -1,16 +1,28 @@
 package frames
 
-// DefaultRequestWindow is how many recent request ids a scope remembers.
-const DefaultRequestWindow = 1024
+// DefaultRequestHorizon is how long a scope remembers a request id after
+// the request committed: 7 days, the default lifetime of a suspension
+// token, so that an agent that resumes a week-old suspension and resends
+// what it was doing is still answered from the log. Payment APIs keep
+// idempotency keys for 24 hours to 30 days; agents' retries span restarts
+// and human approvals, hence days rather than hours.
+const DefaultRequestHorizon int64 = 7 * 24 * 3600 * 1e9
+
+// DefaultClockSkew is how far a client's clock may be from the server's
+// without weakening the horizon's promise (see ExpiredRequest).
+const DefaultClockSkew int64 = 10 * 60 * 1e9
 
 // RequestRecord remembers a committed request: its id, the digest of what it
-// asked, and the versions of the events it produced, from which the shell
-// rebuilds the original reply for a repeat.
+// asked, the versions of the events it produced (from which the shell
+// rebuilds the original reply for a repeat) and when it committed.
 type RequestRecord struct {
 	ID           string `msgpack:"id"`
 	Hash         []byte `msgpack:"h"`
 	FirstVersion int64  `msgpack:"f"`
 	LastVersion  int64  `msgpack:"l"`
+	// At is the server time of the request's events (unix ns); 0 in
+	// snapshots written before the horizon existed (Normalize fills it).
+	At int64 `msgpack:"a,omitempty"`
 }
 
 // TokenRecord is a suspension token the scope issued.
@@ -29,23 +41,44 @@ type State struct {
 	Frames map[string]*Frame       `msgpack:"fr"`
 	Order  []string                `msgpack:"o"`
 	Tokens map[string]*TokenRecord `msgpack:"tk"`
-	// Requests is the window of recent requests, oldest first.
+	// Requests are the requests committed within the horizon, oldest
+	// first: every one of them younger than Horizon+2·Skew is here.
 	Requests []RequestRecord `msgpack:"rq"`
-	Window   int             `msgpack:"w"`
-	Resumes  int64           `msgpack:"rs"`
+	// Window is unused: snapshots of the previous release carry it (a
+	// count-bounded window that forgot ids of busy scopes).
+	Window int `msgpack:"w,omitempty"`
+	// Horizon and Skew (unix ns) bound how long request ids are
+	// remembered; the shell sets them from its configuration (they are
+	// not taken from a snapshot).
+	Horizon int64 `msgpack:"hz,omitempty"`
+	Skew    int64 `msgpack:"sk,omitempty"`
+	Resumes int64 `msgpack:"rs"`
 	// LastAt is the server time of the last applied event.
 	LastAt int64 `msgpack:"la"`
 
-	requestIdx map[string]int // request id -> index in Requests
+	requestIdx map[string]int // request id -> reqBase + index in Requests
+	reqBase    int            // absolute index of Requests[0]
 }
 
-// NewState returns the empty projection of scope (a scope with no events).
-// window <= 0 means DefaultRequestWindow.
-func NewState(scope string, window int) *State {
-	if window <= 0 {
-		window = DefaultRequestWindow
+// NewState returns the empty projection of scope (a scope with no events)
+// remembering request ids for horizon (unix ns; <= 0 means
+// DefaultRequestHorizon) with DefaultClockSkew.
+func NewState(scope string, horizon int64) *State {
+	s := &State{Scope: scope, Frames: map[string]*Frame{}, Tokens: map[string]*TokenRecord{}}
+	s.SetHorizon(horizon, 0)
+	return s
+}
+
+// SetHorizon sets how long request ids are remembered (<= 0: the defaults).
+// Records already older than the new horizon are dropped at the next event.
+func (s *State) SetHorizon(horizon, skew int64) {
+	if horizon <= 0 {
+		horizon = DefaultRequestHorizon
 	}
-	return &State{Scope: scope, Frames: map[string]*Frame{}, Tokens: map[string]*TokenRecord{}, Window: window}
+	if skew <= 0 {
+		skew = DefaultClockSkew
+	}
+	s.Horizon, s.Skew = horizon, skew
 }
 
 // Normalize restores what a decoder leaves out (nil maps, indexes); call it
@@ -57,28 +90,42 @@ func (s *State) Normalize() {
 	if s.Tokens == nil {
 		s.Tokens = map[string]*TokenRecord{}
 	}
-	if s.Window <= 0 {
-		s.Window = DefaultRequestWindow
+	if s.Horizon <= 0 || s.Skew <= 0 {
+		s.SetHorizon(s.Horizon, s.Skew)
 	}
-	s.requestIdx = nil
+	// Records of a snapshot written before the horizon existed have no
+	// time: count them from the last event, which keeps them longer, never
+	// shorter, than their true age.
+	for i := range s.Requests {
+		if s.Requests[i].At == 0 {
+			s.Requests[i].At = s.LastAt
+		}
+	}
+	s.requestIdx, s.reqBase = nil, 0
 }
 
 // Frame returns the frame with id, or nil.
 func (s *State) Frame(id string) *Frame { return s.Frames[id] }
 
-// Request returns the remembered request with id, if it is in the window.
+// Request returns the remembered request with id, if it is within the
+// horizon.
 func (s *State) Request(id string) (RequestRecord, bool) {
-	if len(s.requestIdx) != len(s.Requests) {
-		s.requestIdx = make(map[string]int, len(s.Requests))
-		for i, r := range s.Requests {
-			s.requestIdx[r.ID] = i
-		}
-	}
+	s.indexRequests()
 	i, ok := s.requestIdx[id]
 	if !ok {
 		return RequestRecord{}, false
 	}
-	return s.Requests[i], true
+	return s.Requests[i-s.reqBase], true
+}
+
+func (s *State) indexRequests() {
+	if s.requestIdx != nil {
+		return
+	}
+	s.requestIdx, s.reqBase = make(map[string]int, len(s.Requests)), 0
+	for i, r := range s.Requests {
+		s.requestIdx[r.ID] = i
+	}
 }
 
 // TopOfStack is the most recently pushed frame that is still active, or nil.
@@ -179,7 +226,7 @@ func (s *State) Pending() []PendingWork {
 // states are reflect.DeepEqual.
 func (s *State) Clone() *State {
 	c := *s
-	c.requestIdx = nil
+	c.requestIdx, c.reqBase = nil, 0
 	c.Frames = make(map[string]*Frame, len(s.Frames))
 	for id, f := range s.Frames {
 		c.Frames[id] = f.Clone()

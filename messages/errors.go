@@ -31,6 +31,8 @@ const (
 	CodeTooManyHandles        Code = "too_many_handles"
 	CodeCompactionRefused     Code = "compaction_refused"
 	CodeRequestIDReused       Code = "request_id_reused"
+	CodeRequestExpired        Code = "request_expired"
+	CodeOverloaded            Code = "overloaded"
 	CodeVersionConflict       Code = "version_conflict"
 	CodeStoreFailed           Code = "store_failed"
 	CodeUnavailable           Code = "unavailable"
@@ -98,6 +100,8 @@ var (
 	ErrTooManyHandles        = &Error{Code: CodeTooManyHandles}
 	ErrCompactionRefused     = &Error{Code: CodeCompactionRefused}
 	ErrRequestIDReused       = &Error{Code: CodeRequestIDReused}
+	ErrRequestExpired        = &Error{Code: CodeRequestExpired}
+	ErrOverloaded            = &Error{Code: CodeOverloaded}
 	ErrVersionConflict       = &Error{Code: CodeVersionConflict}
 	ErrStoreFailed           = &Error{Code: CodeStoreFailed}
 	ErrUnavailable           = &Error{Code: CodeUnavailable}

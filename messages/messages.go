@@ -360,12 +360,8 @@ type CompactionResult struct {
 // otherwise it appends actor.resumed. A repeat of RequestID appends nothing
 // and returns the current state.
 type ResumeActor struct {
-	Scope     string `msgpack:"sc"`
-	RequestID string `msgpack:"rq"`
+	Mutation `msgpack:",inline"`
 }
-
-// ScopeName returns the scope.
-func (r *ResumeActor) ScopeName() string { return r.Scope }
 
 // FrameSummary is a frame without its context content.
 type FrameSummary struct {

@@ -49,7 +49,7 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	for _, info := range scopes {
-		st, _, err := actors.LoadState(ctx, store, info.Stream, 0, nil)
+		st, _, err := actors.LoadState(ctx, store, info.Stream, actors.Recall{}, nil)
 		if err != nil {
 			return fmt.Errorf("scope %q: %w", info.Stream, err)
 		}

@@ -94,7 +94,7 @@ func (a *agent) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
 		// Recovery first: what did a previous run leave behind?
-		st, err := a.si.ResumeActor(context.Background(), &messages.ResumeActor{Scope: scope})
+		st, err := a.si.ResumeActor(context.Background(), &messages.ResumeActor{Mutation: messages.Mutation{Scope: scope}})
 		if err != nil {
 			a.done <- err
 			return

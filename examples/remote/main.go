@@ -110,7 +110,7 @@ type work struct{}
 func (a *agent) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
-		st, err := a.si.ResumeActor(context.Background(), &messages.ResumeActor{Scope: a.scope, RequestID: a.id("resume")})
+		st, err := a.si.ResumeActor(context.Background(), &messages.ResumeActor{Mutation: messages.Mutation{Scope: a.scope, RequestID: a.id("resume")}})
 		if err != nil {
 			a.done <- err
 			return

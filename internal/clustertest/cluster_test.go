@@ -309,7 +309,7 @@ func checkDataFiles(t *testing.T, rep *report, want map[string]acked, dirs map[s
 				return nil
 			})
 			require.NoError(t, err)
-			state, _, err := actors.LoadState(ctx, st, scope, 0, nil)
+			state, _, err := actors.LoadState(ctx, st, scope, actors.Recall{}, nil)
 			require.NoError(t, err, "the scope's history replays")
 			live := state.LiveFrames()
 			require.Len(t, live, 1)

@@ -281,7 +281,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 
 	// Recovery equals replay.
 	for _, name := range streams {
-		loaded, _, err := actors.LoadState(ctx, store, name, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		loaded, _, err := actors.LoadState(ctx, store, name, actors.Recall{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
 			return st, fmt.Errorf("LoadState(%q): %w", name, err)
 		}
@@ -393,7 +393,7 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 	w := &Storm{C: srv.Client(), Log: sl, Prefix: fmt.Sprintf("check%d", cycle)}
 	for _, name := range streams {
 		want := replayed[name]
-		reply, err := w.send(ctx, &messages.ResumeActor{Scope: name})
+		reply, err := w.send(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: name}})
 		if err != nil {
 			return err
 		}

@@ -300,7 +300,7 @@ func call(ctx context.Context, c *actors.Client, req messages.Request) (messages
 // Resume rebuilds the storm's view of a scope with ResumeActor, as an
 // agent actor's Started handler would.
 func (w *Storm) Resume(ctx context.Context, name string) (*scope, error) {
-	reply, err := w.send(ctx, &messages.ResumeActor{Scope: name})
+	reply, err := w.send(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: name}})
 	if err != nil {
 		return nil, err
 	}

@@ -267,9 +267,9 @@ func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.
 			snap, snapVersion = s, raw.Version
 		}
 	}
-	window := 0
+	var horizon, skew int64 // the server's, as its snapshot records them
 	if snap != nil {
-		window = snap.Window
+		horizon, skew = snap.Horizon, snap.Skew
 	}
 
 	want := map[int64]bool{}
@@ -279,7 +279,8 @@ func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.
 	hashes := map[int64]eventstore.Hash{}
 	var runFinished []int64 // last version of each write that finished a run
 	var atSnap *frames.State
-	state := frames.NewState(name, window)
+	state := frames.NewState(name, horizon)
+	state.SetHorizon(horizon, skew)
 	var lastReq string
 	var runFinishedReq bool
 	failed := false
@@ -333,7 +334,7 @@ func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.
 		return nil
 	}
 	if err := frames.CheckInvariants(state); err != nil {
-		add(firstBrokenInvariant(ctx, st, name, window, err))
+		add(firstBrokenInvariant(ctx, st, name, horizon, skew, err))
 	}
 
 	if snap != nil {
@@ -412,8 +413,9 @@ func applySafely(st *frames.State, ev frames.Event) (err error) {
 
 // firstBrokenInvariant replays the stream again, checking the invariants
 // after every event, to name the first version that breaks one.
-func firstBrokenInvariant(ctx context.Context, st *eventstore.BoltStore, name string, window int, end error) Problem {
-	state := frames.NewState(name, window)
+func firstBrokenInvariant(ctx context.Context, st *eventstore.BoltStore, name string, horizon, skew int64, end error) Problem {
+	state := frames.NewState(name, horizon)
+	state.SetHorizon(horizon, skew)
 	p := Problem{Stream: name, What: fmt.Sprintf("the replayed state breaks an invariant: %v", end)}
 	_ = st.ReadStream(ctx, name, 1, func(r eventstore.Record) error {
 		ev, err := eventstore.DecodeFrameEvent(r)

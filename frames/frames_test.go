@@ -330,8 +330,8 @@ func TestRequestIDTime(t *testing.T) {
 
 func TestExpiredRequestRefused(t *testing.T) {
 	s := frames.NewState("s", 0)
-	s.SetHorizon(1_000e6, 10e6) // 1 s, 10 ms skew
-	id := "00000000-0064-7000-8000-000000000000"    // sent at 100 ms
+	s.SetHorizon(1_000e6, 10e6)                         // 1 s, 10 ms skew
+	id := "00000000-0064-7000-8000-000000000000"        // sent at 100 ms
 	_, _, err := s.CheckRequest(id, []byte{1}, 1_110e6) // exactly horizon+skew later
 	require.NoError(t, err)
 	_, _, err = s.CheckRequest(id, []byte{1}, 1_110e6+1)

@@ -52,7 +52,7 @@ func (h *handler) command(st *frames.State, req messages.MutatingRequest, hdr fr
 	case *messages.UpdateFrame:
 		id, err := resolveFrame(st, r.FrameID)
 		return &frames.UpdateFrame{Header: hdr, FrameID: id, Goal: r.Goal, Inputs: r.Inputs, SetInputs: r.SetInputs,
-			Limits: r.Limits, ReserveDelta: r.ReserveDelta, ContextHash: r.ContextHash}, nil, err
+			Limits: r.Limits, ReserveDelta: r.ReserveDelta, ContextHash: r.ContextHash, Mint: h.mint(hdr.Now, 0)}, nil, err
 	case *messages.AddContextHandle:
 		id, err := resolveFrame(st, r.FrameID)
 		if err != nil {
@@ -254,7 +254,13 @@ func (h *handler) replyFromEvents(req messages.Request, evs []frames.Event, vers
 		}
 		return r, nil
 	case *messages.UpdateFrame:
-		return &messages.UpdateFrameReply{Result: res, FrameID: frameID}, nil
+		r := &messages.UpdateFrameReply{Result: res, FrameID: frameID}
+		for _, ev := range evs[1:] {
+			if e, ok := ev.(*frames.FrameSuspended); ok {
+				r.Suspension = h.token(e, version)
+			}
+		}
+		return r, nil
 	case *messages.AddContextHandle:
 		e, ok := first.(*frames.HandleAdded)
 		if !ok {
@@ -304,11 +310,30 @@ func (h *handler) replyFromEvents(req messages.Request, evs []frames.Event, vers
 		r := &messages.CompactionResult{Result: res, FrameID: frameID, OriginalTokens: e.OriginalTokens, FinalTokens: e.FinalTokens,
 			Level: e.Level, ItemsRemoved: len(e.Removed), Removed: e.Removed}
 		if e.Summary != nil {
-			r.SummaryID, r.ItemsSummarized = e.Summary.ID, len(e.Summary.Covers)
+			// A handle the summary covers is summarized, not counted as
+			// removed too: the two counts add up to len(Removed).
+			r.SummaryID, r.ItemsSummarized = e.Summary.ID, coveredCount(e.Removed, e.Summary.Covers)
+			r.ItemsRemoved -= r.ItemsSummarized
 		}
 		return r, nil
 	}
 	return nil, fmt.Errorf("no reply for %T", req)
+}
+
+// coveredCount counts the removed handles a summary covers, each once.
+func coveredCount(removed, covers []string) int {
+	rm := make(map[string]bool, len(removed))
+	for _, id := range removed {
+		rm[id] = true
+	}
+	n := 0
+	for _, id := range covers {
+		if rm[id] {
+			n++
+			rm[id] = false
+		}
+	}
+	return n
 }
 
 // token signs the suspension an event recorded.

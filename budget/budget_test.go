@@ -156,3 +156,44 @@ func TestSpendConversion(t *testing.T) {
 	_, err = budget.SpendFromFloat(1e20)
 	assert.ErrorIs(t, err, budget.ErrOverflow)
 }
+
+func TestSaturatingSettlement(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		a, b    int64
+		want    int64
+		clamped bool
+	}{
+		{"fits", 2, 3, 5, false},
+		{"at the edge", math.MaxInt64 - 1, 1, math.MaxInt64, false},
+		{"over", math.MaxInt64 - 1, 2, math.MaxInt64, true},
+		{"both huge", math.MaxInt64, math.MaxInt64, math.MaxInt64, true},
+		{"under", math.MinInt64, -1, math.MinInt64, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, clamped := budget.AddSaturating(tc.a, tc.b)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.clamped, clamped)
+		})
+	}
+
+	c, clamped := budget.Cost{InputTokens: math.MaxInt64 - 5, Turns: 1}.PlusSaturating(budget.Cost{InputTokens: 10, Turns: 2})
+	assert.True(t, clamped)
+	assert.Equal(t, budget.Cost{InputTokens: math.MaxInt64, Turns: 3}, c, "each field clamps alone")
+	_, clamped = budget.Cost{Turns: 1}.PlusSaturating(budget.Cost{Turns: 1})
+	assert.False(t, clamped)
+
+	b := budget.TokenBudget{Total: 100, Used: 10, SubcallAllocation: 40}
+	clamped, err := b.ReturnFromChildSaturating(40, math.MaxInt64)
+	require.NoError(t, err)
+	assert.True(t, clamped)
+	assert.Equal(t, budget.TokenBudget{Total: 100, Used: math.MaxInt64}, b)
+	assert.NoError(t, b.Validate())
+
+	b = budget.TokenBudget{Total: 100, SubcallAllocation: 40}
+	_, err = b.ReturnFromChildSaturating(41, 0)
+	assert.ErrorIs(t, err, budget.ErrReleaseTooLarge)
+	_, err = b.ReturnFromChildSaturating(40, -1)
+	assert.ErrorIs(t, err, budget.ErrNegativeAmount)
+	assert.Equal(t, budget.TokenBudget{Total: 100, SubcallAllocation: 40}, b, "nothing changes on error")
+}

@@ -40,3 +40,17 @@ func sum(xs ...int64) (int64, error) {
 	}
 	return t, nil
 }
+
+// AddSaturating returns a+b for non-negative amounts, clamped at the largest
+// int64 instead of failing; clamped tells whether it was. Settlements use it:
+// a frame must always be able to end, even when what it hands its parent
+// would overflow the parent's counters.
+func AddSaturating(a, b int64) (sum int64, clamped bool) {
+	if s, err := Add(a, b); err == nil {
+		return s, false
+	}
+	if b < 0 {
+		return math.MinInt64, true
+	}
+	return math.MaxInt64, true
+}

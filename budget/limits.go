@@ -51,6 +51,18 @@ func (c Cost) Plus(d Cost) (Cost, error) {
 	return Cost{r[0], r[1], r[2], r[3], r[4], r[5]}, nil
 }
 
+// PlusSaturating returns c+d field by field, each clamped at the largest
+// int64 instead of failing; clamped tells whether any field was.
+func (c Cost) PlusSaturating(d Cost) (sum Cost, clamped bool) {
+	a, b := c.fields(), d.fields()
+	var r [6]int64
+	for i := range a {
+		v, cl := AddSaturating(a[i], b[i])
+		r[i], clamped = v, clamped || cl
+	}
+	return Cost{r[0], r[1], r[2], r[3], r[4], r[5]}, clamped
+}
+
 // IsZero reports whether nothing was consumed.
 func (c Cost) IsZero() bool { return c == Cost{} }
 

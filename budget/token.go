@@ -131,3 +131,19 @@ func (b *TokenBudget) ReturnFromChild(allocation, childUsed int64) error {
 	*b = next
 	return nil
 }
+
+// ReturnFromChildSaturating is ReturnFromChild with the charge clamped at the
+// largest int64 instead of failing on overflow; clamped tells whether it
+// was. Releasing more than is allocated is still an error.
+func (b *TokenBudget) ReturnFromChildSaturating(allocation, childUsed int64) (clamped bool, err error) {
+	next := *b
+	if err := next.ReleaseSubcallAllocation(allocation); err != nil {
+		return false, err
+	}
+	if err := NonNegative("amount", childUsed); err != nil {
+		return false, err
+	}
+	next.Used, clamped = AddSaturating(next.Used, childUsed)
+	*b = next
+	return clamped, nil
+}

@@ -299,7 +299,7 @@ func (s *boltSource) entry(k, v []byte) (int64, []byte, bool, error) {
 		return 0, nil, false, nil
 	}
 	if len(k) != 8 || v == nil {
-		return 0, nil, false, corrupt(s.stream, 0, fmt.Sprintf("unexpected key %x in the records bucket", k))
+		return 0, nil, false, corrupt(s.stream, 0, "unexpected key "+quoteBytes(k)+" in the records bucket")
 	}
 	ver := int64(binary.BigEndian.Uint64(k))
 	if ver < 1 {
@@ -493,7 +493,7 @@ func (w *allWalker) readChunk(bk *buckets, out []Record) ([]Record, bool, error)
 			return out, false, nil
 		}
 		if len(k) != 8 || len(v) < 9 {
-			return out, true, corrupt("", 0, fmt.Sprintf("malformed global index entry %x", k))
+			return out, true, corrupt("", 0, "malformed global index entry "+quoteBytes(k))
 		}
 		seq := binary.BigEndian.Uint64(k)
 		if seq != w.next {
@@ -520,7 +520,7 @@ func (w *allWalker) readChunk(bk *buckets, out []Record) ([]Record, bool, error)
 		}
 		if string(f.stream) != curName || f.version != version || f.seq != seq || len(f.typ) == 0 {
 			return out, true, corrupt(curName, version, fmt.Sprintf(
-				"record (stream %q, version %d, sequence %d) disagrees with global index entry %d", f.stream, f.version, f.seq, seq))
+				"record (stream %s, version %d, sequence %d) disagrees with global index entry %d", quoteString(f.stream), f.version, f.seq, seq))
 		}
 		out = append(out, Record{
 			Stream:   curName,

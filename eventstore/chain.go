@@ -139,7 +139,7 @@ func (c *chainReader) checkRecord(k int64, raw []byte, f *recordFields) error {
 	}
 	switch {
 	case string(f.stream) != c.stream:
-		return corrupt(c.stream, k, fmt.Sprintf("record names stream %q", f.stream))
+		return corrupt(c.stream, k, "record names stream "+quoteString(f.stream))
 	case f.version != k:
 		return corrupt(c.stream, k, fmt.Sprintf("record says it is version %d", f.version))
 	case len(f.typ) == 0:

@@ -444,7 +444,7 @@ func (e *envelope) next() bool {
 		return false
 	}
 	if len(e.key) != 1 {
-		e.err = fmt.Errorf("unknown %s field %q", e.what, e.key)
+		e.err = fmt.Errorf("unknown %s field %s", e.what, quoteString(e.key))
 		return false
 	}
 	return true
@@ -454,11 +454,11 @@ func (e *envelope) next() bool {
 func (e *envelope) mark(bit uint8, err error) {
 	switch {
 	case err != nil:
-		e.err = fmt.Errorf("field %q: %w", e.key, err)
+		e.err = fmt.Errorf("field %s: %w", quoteString(e.key), err)
 	case bit == 0:
-		e.err = fmt.Errorf("unknown %s field %q", e.what, e.key)
+		e.err = fmt.Errorf("unknown %s field %s", e.what, quoteString(e.key))
 	case e.seen&bit != 0:
-		e.err = fmt.Errorf("duplicate %s field %q", e.what, e.key)
+		e.err = fmt.Errorf("duplicate %s field %s", e.what, quoteString(e.key))
 	default:
 		e.seen |= bit
 	}
@@ -593,7 +593,7 @@ func decodeSnapshot(stream string, b []byte) (Snapshot, error) {
 		return Snapshot{}, &CorruptionError{Stream: stream, Reason: "undecodable snapshot", Err: err}
 	}
 	if string(f.stream) != stream {
-		return Snapshot{}, corrupt(stream, 0, fmt.Sprintf("snapshot names stream %q", f.stream))
+		return Snapshot{}, corrupt(stream, 0, "snapshot names stream "+quoteString(f.stream))
 	}
 	if f.version < 1 {
 		return Snapshot{}, corrupt(stream, 0, fmt.Sprintf("snapshot has version %d", f.version))

@@ -81,7 +81,7 @@ func EncodeFrameEvent(e frames.Event) (Event, error) {
 func DecodeFrameEvent(r Record) (frames.Event, error) {
 	e, err := frames.NewEvent(r.Type)
 	if err != nil {
-		return nil, &CorruptionError{Stream: r.Stream, Version: r.Version, Reason: fmt.Sprintf("unknown event type %q", r.Type)}
+		return nil, &CorruptionError{Stream: r.Stream, Version: r.Version, Reason: "unknown event type " + quoteString(r.Type)}
 	}
 	if err := Unmarshal(r.Data, e); err != nil {
 		return nil, &CorruptionError{Stream: r.Stream, Version: r.Version, Reason: fmt.Sprintf("undecodable %s payload: %v", r.Type, err)}
@@ -111,7 +111,7 @@ func DecodeState(stream string, snap Snapshot) (s *frames.State, ok bool, err er
 	s.Normalize()
 	if s.Scope != stream || s.Version != snap.Version {
 		return nil, false, &CorruptionError{Stream: stream, Version: snap.Version,
-			Reason: fmt.Sprintf("snapshot is of %q at %d", s.Scope, s.Version)}
+			Reason: fmt.Sprintf("snapshot is of %s at %d", quoteString(s.Scope), s.Version)}
 	}
 	return s, true, nil
 }

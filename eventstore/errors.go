@@ -1,6 +1,7 @@
 package eventstore
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -102,21 +103,57 @@ type CorruptionError struct {
 	Err     error // underlying cause, if any (a decoder error, a panic value)
 }
 
-// Error implements error.
+// Error implements error. What it quotes of stored data is bounded (see
+// quoteString): a damaged name can be megabytes long.
 func (e *CorruptionError) Error() string {
 	var msg string
+	reason := clipText(e.Reason, maxReasonBytes)
 	switch {
 	case e.Stream != "" && e.Version > 0:
-		msg = fmt.Sprintf("eventstore: corrupt record: stream %q version %d: %s", e.Stream, e.Version, e.Reason)
+		msg = fmt.Sprintf("eventstore: corrupt record: stream %s version %d: %s", quoteString(e.Stream), e.Version, reason)
 	case e.Stream != "":
-		msg = fmt.Sprintf("eventstore: corrupt stream %q: %s", e.Stream, e.Reason)
+		msg = fmt.Sprintf("eventstore: corrupt stream %s: %s", quoteString(e.Stream), reason)
 	default:
-		msg = "eventstore: corrupt data: " + e.Reason
+		msg = "eventstore: corrupt data: " + reason
 	}
 	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+		msg += ": " + clipText(e.Err.Error(), maxReasonBytes)
 	}
 	return msg
+}
+
+// Errors quote at most maxQuoted bytes of a stored value, and a reason or a
+// cause at most maxReasonBytes: a corrupted length once made one read error
+// quote about 7 MB of hex.
+const (
+	maxQuoted      = 64
+	maxReasonBytes = 1024
+)
+
+// quoteBytes hex-encodes at most maxQuoted bytes of b, saying how many
+// there were when it stops short.
+func quoteBytes(b []byte) string {
+	if len(b) <= maxQuoted {
+		return hex.EncodeToString(b)
+	}
+	return hex.EncodeToString(b[:maxQuoted]) + "…(" + strconv.Itoa(len(b)) + " bytes)"
+}
+
+// quoteString is %q of at most maxQuoted bytes of s, saying how many there
+// were when it stops short.
+func quoteString[T ~string | ~[]byte](s T) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(string(s))
+	}
+	return strconv.Quote(string(s[:maxQuoted])) + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// clipText keeps at most max bytes of an already formatted message.
+func clipText(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // Is makes errors.Is(err, ErrCorrupt) true.

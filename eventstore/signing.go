@@ -179,7 +179,7 @@ func decodeCheckpoint(key, v []byte) (Checkpoint, error) {
 	var c Checkpoint
 	i := len(key) - 9
 	if i < 1 || key[i] != 0 {
-		return c, corrupt("", 0, fmt.Sprintf("malformed checkpoint key %x", key))
+		return c, corrupt("", 0, "malformed checkpoint key "+quoteBytes(key))
 	}
 	c.Stream = string(key[:i])
 	c.Version = int64(binary.BigEndian.Uint64(key[i+1:]))
@@ -326,7 +326,7 @@ func (s *BoltStore) Checkpoints(ctx context.Context, stream string, fn func(Chec
 		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 			var err error
 			if v == nil {
-				err = corrupt("", 0, fmt.Sprintf("the checkpoints bucket holds a bucket under %x", k))
+				err = corrupt("", 0, "the checkpoints bucket holds a bucket under "+quoteBytes(k))
 			} else {
 				var cp Checkpoint
 				if cp, err = decodeCheckpoint(k, v); err == nil {

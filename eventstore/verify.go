@@ -60,7 +60,7 @@ func (s *BoltStore) Verify(ctx context.Context, report func(stream string, err e
 		}
 		if err := bk.streams.ForEach(func(k, v []byte) error {
 			if v != nil {
-				add("", corrupt("", 0, fmt.Sprintf("the streams bucket holds a plain value under %q", k)))
+				add("", corrupt("", 0, "the streams bucket holds a plain value under "+quoteString(k)))
 				return nil
 			}
 			names[string(k)] = struct{}{}
@@ -114,7 +114,7 @@ func (s *BoltStore) Verify(ctx context.Context, report func(stream string, err e
 		c := bk.seq.Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			if len(k) != 8 {
-				add("", corrupt("", 0, fmt.Sprintf("malformed global index key %x", k)))
+				add("", corrupt("", 0, "malformed global index key "+quoteBytes(k)))
 				break
 			}
 			if seq := binary.BigEndian.Uint64(k); seq != expect {

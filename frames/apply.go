@@ -129,6 +129,7 @@ func applyPushed(s *State, e *FramePushed, version int64) error {
 		return inconsistent("a new frame's budget has used %d and subcall allocation %d", e.Budget.Used, e.Budget.SubcallAllocation)
 	}
 	var parent *Frame
+	var spawns map[*Frame]int64 // each ancestor's spawns after this push
 	pb := budget.TokenBudget{}
 	if e.ParentID != "" {
 		parent = s.Frames[e.ParentID]
@@ -142,12 +143,22 @@ func applyPushed(s *State, e *FramePushed, version int64) error {
 		if err := pb.AllocateForSubcall(e.Budget.Total); err != nil {
 			return inconsistent("allocation: %v", err)
 		}
+		spawns = map[*Frame]int64{}
+		for a := parent; a != nil; a = s.Frames[a.ParentID] {
+			n, err := budget.Add(a.Cost.Spawns, 1)
+			if err != nil {
+				return inconsistent("spawns of %q: %v", a.ID, err)
+			}
+			spawns[a] = n
+		}
 	} else if e.Depth != 0 {
 		return inconsistent("root at depth %d", e.Depth)
 	}
 	if parent != nil {
 		parent.Budget = pb
-		parent.Cost.Spawns++
+		for a, n := range spawns {
+			a.Cost.Spawns = n // every descendant counts against every ancestor
+		}
 		parent.LiveKids++
 		parent.Children = append(parent.Children, e.Frame)
 		parent.Status = StatusWaiting
@@ -196,6 +207,12 @@ func applyPopped(s *State, e *FramePopped) error {
 	if n := f.LiveKids; n > 0 {
 		return inconsistent("frame %q popped with %d live children", f.ID, n)
 	}
+	open := f.openCalls()
+	if e.Abandoned != nil && !equalStrings(e.Abandoned, open) {
+		// An event from before the field existed has none; a newer one must
+		// name exactly the calls the state has open.
+		return inconsistent("pop of %q abandons %v, open calls are %v", f.ID, e.Abandoned, open)
+	}
 	parent := s.Frames[f.ParentID]
 	if parent != nil {
 		want := chargeable(f.Cost)
@@ -203,16 +220,22 @@ func applyPopped(s *State, e *FramePopped) error {
 			return inconsistent("pop of %q settles %d/%d, state says %d/%d", f.ID, e.Released, e.ChargedTokens, f.Budget.Total, f.Budget.Used)
 		}
 		pb := parent.Budget
-		if err := pb.ReturnFromChild(e.Released, e.ChargedTokens); err != nil {
-			return inconsistent("settling with parent: %v", err)
-		}
-		pc, err := parent.Cost.Plus(e.ChargedCost)
+		clampedUsed, err := pb.ReturnFromChildSaturating(e.Released, e.ChargedTokens)
 		if err != nil {
 			return inconsistent("settling with parent: %v", err)
 		}
+		pc, clampedCost := parent.Cost.PlusSaturating(e.ChargedCost)
+		if e.Saturated != (clampedUsed || clampedCost) {
+			return inconsistent("pop of %q says saturated %v, settlement says %v", f.ID, e.Saturated, clampedUsed || clampedCost)
+		}
 		parent.Budget, parent.Cost = pb, pc
-	} else if e.Released != 0 || e.ChargedTokens != 0 || !e.ChargedCost.IsZero() {
+	} else if e.Released != 0 || e.ChargedTokens != 0 || !e.ChargedCost.IsZero() || e.Saturated {
 		return inconsistent("root pop settles with no parent")
+	}
+	for i := range f.ToolCalls {
+		if tc := &f.ToolCalls[i]; !tc.Finished {
+			tc.Abandoned = true
+		}
 	}
 	f.Status = e.Status
 	f.CompletedAt = e.At
@@ -410,4 +433,16 @@ func applyToolFinished(s *State, e *ToolFinished, version int64) error {
 	}
 	tc.Finished, tc.IsError, tc.FinishedAt = true, e.IsError, e.At
 	return nil
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -23,7 +23,7 @@ type Command interface {
 func (h *Header) header() *Header { return h }
 
 // Mint carries ids and expiry the shell minted in case the command suspends
-// a frame (a usage or a child's pop that crosses a limit).
+// a frame (a usage, a child's pop or a lowered limit that crosses a limit).
 type Mint struct {
 	TokenID   string
 	ExpiresAt int64
@@ -43,6 +43,8 @@ type PushFrame struct {
 }
 
 // UpdateFrame changes a live frame's fields; nil/false fields stay as they are.
+// Limits lowered below what the frame already consumed suspend it at once
+// with reason limit (Mint names the token).
 type UpdateFrame struct {
 	Header
 	FrameID      string
@@ -52,10 +54,12 @@ type UpdateFrame struct {
 	Limits       *budget.Limits
 	ReserveDelta int64 // positive reserves, negative gives back
 	ContextHash  *string
+	Mint         Mint
 }
 
 // PopFrame ends a frame with a terminal status. A frame with live children
-// is refused unless Cascade, which cancels them first (deepest first).
+// is refused unless Cascade, which cancels them first (deepest first). Tool
+// calls still open on a popped frame are recorded as abandoned.
 type PopFrame struct {
 	Header
 	FrameID string

@@ -200,10 +200,7 @@ func (d decider) push(c *PushFrame) ([]Event, error) {
 		if err := pb.AllocateForSubcall(b.Total); err != nil {
 			return nil, err
 		}
-		if p.Limits.Spawns > 0 && p.Cost.Spawns >= p.Limits.Spawns {
-			return nil, &budget.Violation{Code: budget.SpawnsExceeded, Current: p.Cost.Spawns + 1, Max: p.Limits.Spawns}
-		}
-		if _, err := budget.Add(p.Cost.Spawns, 1); err != nil {
+		if err := d.checkSpawn(p); err != nil {
 			return nil, err
 		}
 	}
@@ -214,6 +211,26 @@ func (d decider) push(c *PushFrame) ([]Event, error) {
 		Meta: d.meta(c.FrameID, ReasonUserMessage), ParentID: c.ParentID, Goal: c.Goal,
 		Inputs: cloneBytes(c.Inputs), Depth: depth, Budget: b, Limits: c.Limits,
 	}}, nil
+}
+
+// checkSpawn refuses a push under parent that would take the parent or any
+// of its ancestors past its spawn limit: every descendant counts against
+// every ancestor. Spawns are refused before they happen (no suspension).
+func (d decider) checkSpawn(parent *Frame) error {
+	for a := parent; a != nil; a = d.s.Frames[a.ParentID] {
+		if a.Limits.Spawns > 0 && a.Cost.Spawns >= a.Limits.Spawns {
+			v := &budget.Violation{Code: budget.SpawnsExceeded, Current: a.Cost.Spawns + 1, Max: a.Limits.Spawns}
+			who := "parent"
+			if a != parent {
+				who = "ancestor"
+			}
+			return fmt.Errorf("%s %q: %w", who, a.ID, v)
+		}
+		if _, err := budget.Add(a.Cost.Spawns, 1); err != nil {
+			return fmt.Errorf("spawns of %q: %w", a.ID, err)
+		}
+	}
+	return nil
 }
 
 func (d decider) update(c *UpdateFrame) ([]Event, error) {
@@ -251,7 +268,18 @@ func (d decider) update(c *UpdateFrame) ([]Event, error) {
 	}
 	e := &FrameUpdated{Meta: d.meta(f.ID, ReasonUserMessage), Goal: c.Goal, SetInputs: c.SetInputs,
 		Inputs: cloneBytes(c.Inputs), Limits: c.Limits, ReserveDelta: c.ReserveDelta, ContextHash: c.ContextHash}
-	return []Event{e}, nil
+	evs := []Event{e}
+	// A limit lowered below what the frame already consumed is crossed now.
+	if c.Limits != nil && f.Status != StatusSuspended {
+		if v := c.Limits.Check(f.Cost); v != nil {
+			s, err := d.limitSuspension(f, v, c.Mint, ReasonUserMessage)
+			if err != nil {
+				return nil, err
+			}
+			evs = append(evs, s)
+		}
+	}
+	return evs, nil
 }
 
 // reserve reserves (delta > 0) or gives back (delta < 0) tokens.
@@ -316,21 +344,21 @@ func (d decider) pop(c *PopFrame) ([]Event, error) {
 		if x == f {
 			status = c.Status
 		}
-		e := &FramePopped{Meta: d.meta(x.ID, implied), Status: status}
+		e := &FramePopped{Meta: d.meta(x.ID, implied), Status: status, Abandoned: x.openCalls()}
 		if p := d.s.Frames[x.ParentID]; p != nil {
 			ps := get(p)
 			charged := chargeable(st.cost)
 			pb := budget.TokenBudget{Total: p.Budget.Total, Used: ps.used, Reserved: p.Budget.Reserved, SubcallAllocation: ps.subcall}
-			if err := pb.ReturnFromChild(x.Budget.Total, st.used); err != nil {
-				return nil, fmt.Errorf("settling %q with its parent: %w", x.ID, err)
-			}
-			pc, err := ps.cost.Plus(charged)
+			// The charge saturates rather than fail: a frame can always end.
+			clampedUsed, err := pb.ReturnFromChildSaturating(x.Budget.Total, st.used)
 			if err != nil {
 				return nil, fmt.Errorf("settling %q with its parent: %w", x.ID, err)
 			}
+			pc, clampedCost := ps.cost.PlusSaturating(charged)
 			ps.used, ps.subcall, ps.cost = pb.Used, pb.SubcallAllocation, pc
 			ps.children--
 			e.Released, e.ChargedTokens, e.ChargedCost = x.Budget.Total, st.used, charged
+			e.Saturated = clampedUsed || clampedCost
 		}
 		evs = append(evs, e)
 	}
@@ -498,7 +526,7 @@ func (d decider) startTool(c *StartToolCall) ([]Event, error) {
 		return nil, err
 	}
 	if f.Status == StatusSuspended {
-		return nil, fmt.Errorf("%w: %q is suspended", ErrFrameNotLive, f.ID)
+		return nil, fmt.Errorf("%w: %q cannot start a tool call until it is resumed", ErrFrameSuspended, f.ID)
 	}
 	if err := ValidateID("tool call id", c.CallID, d.cfg.MaxIDBytes); err != nil {
 		return nil, err

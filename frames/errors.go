@@ -37,6 +37,19 @@ var (
 	ErrInvariantViolation = errors.New("frames: invariant violated")
 )
 
+// ErrFrameSuspended: the frame is suspended and the operation needs it
+// running (a suspended frame is live: it can still be updated, popped or
+// resumed). It also matches ErrFrameNotLive, so callers and the wire code
+// that know only that error keep working.
+var ErrFrameSuspended error = suspendedError{}
+
+type suspendedError struct{}
+
+func (suspendedError) Error() string { return "frames: frame is suspended" }
+
+// Is makes errors.Is(ErrFrameSuspended, ErrFrameNotLive) true.
+func (suspendedError) Is(target error) bool { return target == ErrFrameNotLive }
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }

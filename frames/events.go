@@ -100,12 +100,23 @@ type FrameUpdated struct {
 // FramePopped: a frame ended. Its allocation went back to its parent and
 // what it used was charged there (the amounts are recorded for audit and
 // checked on replay).
+//
+// Saturated says the charge would have overflowed one of the parent's
+// counters, which were clamped at the largest int64 instead: a frame can
+// always end. Charged* still record what the child really used.
+//
+// Abandoned lists the frame's tool calls that were started and never
+// finished, in start order: they may or may not have run, and stay on
+// record as abandoned. Events written before the field existed leave it
+// empty; replay marks the open calls abandoned all the same.
 type FramePopped struct {
 	Meta          `msgpack:",inline"`
 	Status        Status      `msgpack:"st"`
 	Released      int64       `msgpack:"rl"`
 	ChargedTokens int64       `msgpack:"ck"`
 	ChargedCost   budget.Cost `msgpack:"cc"`
+	Saturated     bool        `msgpack:"sat,omitempty"`
+	Abandoned     []string    `msgpack:"ab,omitempty"`
 }
 
 // FrameSuspended: a frame was paused; TokenID is the id inside the signed

@@ -56,6 +56,7 @@ func CheckInvariants(s *State) error {
 		}
 		var allocated int64
 		live := 0
+		descendants := int64(len(f.Children))
 		for _, cid := range f.Children {
 			c := s.Frames[cid]
 			if c == nil || c.ParentID != id {
@@ -65,6 +66,7 @@ func CheckInvariants(s *State) error {
 				allocated += c.Budget.Total
 				live++
 			}
+			descendants += c.Cost.Spawns
 		}
 		if int64(live) != f.LiveKids {
 			return bad("frame %q counts %d live children, has %d", id, f.LiveKids, live)
@@ -72,8 +74,9 @@ func CheckInvariants(s *State) error {
 		if allocated != f.Budget.SubcallAllocation {
 			return bad("frame %q allocates %d but its live children hold %d", id, f.Budget.SubcallAllocation, allocated)
 		}
-		if int64(len(f.Children)) != f.Cost.Spawns {
-			return bad("frame %q has %d children but %d spawns", id, len(f.Children), f.Cost.Spawns)
+		// Every descendant counts against every ancestor's spawns.
+		if descendants != f.Cost.Spawns {
+			return bad("frame %q has %d descendants but %d spawns", id, descendants, f.Cost.Spawns)
 		}
 		switch f.Status {
 		case StatusActive:
@@ -92,6 +95,14 @@ func CheckInvariants(s *State) error {
 			t := s.Tokens[f.Suspension.TokenID]
 			if t == nil || t.FrameID != id || t.Used {
 				return bad("frame %q suspended with an unusable token", id)
+			}
+		}
+		for _, tc := range f.ToolCalls {
+			if tc.Abandoned && (tc.Finished || f.Status.Live()) {
+				return bad("frame %q is %s with tool call %q abandoned (finished %v)", id, f.Status, tc.ID, tc.Finished)
+			}
+			if !tc.Finished && !tc.Abandoned && !f.Status.Live() {
+				return bad("ended frame %q left tool call %q open, not abandoned", id, tc.ID)
 			}
 		}
 		var tokens int64

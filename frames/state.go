@@ -187,6 +187,7 @@ const (
 	PendingWaitingForSubcall PendingKind = "waiting_for_subcall"
 	PendingToolInDoubt       PendingKind = "tool_in_doubt"
 	PendingSuspended         PendingKind = "suspended"
+	PendingToolAbandoned     PendingKind = "tool_abandoned"
 )
 
 // PendingWork names one piece of unfinished work in a scope.
@@ -199,10 +200,22 @@ type PendingWork struct {
 
 // Pending lists the scope's unfinished work in push order: frames waiting on
 // subcalls, tool calls started and never finished (in doubt: never re-run
-// them blindly), and suspended frames.
+// them blindly), suspended frames, and tool calls abandoned when their frame
+// was popped (they may have run; they are listed for good, never forgotten).
 func (s *State) Pending() []PendingWork {
 	var out []PendingWork
-	for _, f := range s.LiveFrames() {
+	for _, id := range s.Order {
+		f := s.Frames[id]
+		if f == nil {
+			continue
+		}
+		for _, c := range f.Abandoned() {
+			out = append(out, PendingWork{FrameID: f.ID, Kind: PendingToolAbandoned, ToolCallID: c.ID,
+				Description: "tool '" + c.Name + "' started and never finished: abandoned when its frame was popped (" + f.Status.String() + ")"})
+		}
+		if !f.Status.Live() {
+			continue
+		}
 		switch f.Status {
 		case StatusWaiting:
 			out = append(out, PendingWork{FrameID: f.ID, Kind: PendingWaitingForSubcall,
@@ -247,4 +260,6 @@ func (s *State) Clone() *State {
 
 // StateFormat is the layout version of an encoded State (a snapshot). A
 // snapshot of another format is ignored and the scope replayed instead.
-const StateFormat uint32 = 1
+// Format 2: Cost.Spawns counts every descendant, not only children, and tool
+// calls open when their frame was popped are marked abandoned.
+const StateFormat uint32 = 2

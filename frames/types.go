@@ -118,6 +118,8 @@ type ResultRef struct {
 
 // ToolCall is a journalled tool call. A call with Finished false after a
 // crash is in doubt: it may or may not have run, and is never re-run here.
+// A call still open when its frame was popped is Abandoned: it, too, may or
+// may not have run, and its frame can no longer finish it.
 type ToolCall struct {
 	ID         string `msgpack:"id"`
 	Name       string `msgpack:"n"`
@@ -126,6 +128,7 @@ type ToolCall struct {
 	Finished   bool   `msgpack:"f"`
 	IsError    bool   `msgpack:"e,omitempty"`
 	FinishedAt int64  `msgpack:"fa,omitempty"`
+	Abandoned  bool   `msgpack:"ab,omitempty"`
 }
 
 // Suspension records why and until when a frame is suspended.
@@ -195,12 +198,35 @@ func (f *Frame) ToolCall(id string) *ToolCall {
 	return nil
 }
 
-// InDoubt lists tool calls started and never finished.
+// InDoubt lists tool calls started and not (yet) finished on a live frame.
 func (f *Frame) InDoubt() []ToolCall {
 	var out []ToolCall
 	for _, c := range f.ToolCalls {
-		if !c.Finished {
+		if !c.Finished && !c.Abandoned {
 			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Abandoned lists tool calls that were still open when the frame was popped.
+func (f *Frame) Abandoned() []ToolCall {
+	var out []ToolCall
+	for _, c := range f.ToolCalls {
+		if c.Abandoned {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// openCalls returns the ids of the calls started and neither finished nor
+// abandoned, in start order (nil if none).
+func (f *Frame) openCalls() []string {
+	var out []string
+	for _, c := range f.ToolCalls {
+		if !c.Finished && !c.Abandoned {
+			out = append(out, c.ID)
 		}
 	}
 	return out

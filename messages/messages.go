@@ -110,10 +110,12 @@ type UpdateFrame struct {
 	ContextHash  *string        `msgpack:"hx,omitempty"`
 }
 
-// UpdateFrameReply confirms the update.
+// UpdateFrameReply confirms the update. Limits lowered below what the frame
+// already consumed suspend it at once: Suspension then carries the token.
 type UpdateFrameReply struct {
-	Result  `msgpack:",inline"`
-	FrameID string `msgpack:"f"`
+	Result     `msgpack:",inline"`
+	FrameID    string           `msgpack:"f"`
+	Suspension *SuspensionToken `msgpack:"s,omitempty"`
 }
 
 // AddContextHandle adds a piece of context to a frame. HandleID is minted
@@ -342,17 +344,22 @@ type CompactContext struct {
 	Strategy     Strategy `msgpack:"s"`
 }
 
-// CompactionResult reports what a compaction did.
+// CompactionResult reports what a compaction did. Removed lists every
+// handle that left the live context; each is counted once, either as
+// removed or as summarized: ItemsRemoved + ItemsSummarized == len(Removed).
 type CompactionResult struct {
-	Result          `msgpack:",inline"`
-	FrameID         string           `msgpack:"f"`
-	OriginalTokens  int64            `msgpack:"ot"`
-	FinalTokens     int64            `msgpack:"ft"`
-	Level           compaction.Level `msgpack:"l"`
-	ItemsRemoved    int              `msgpack:"ir"`
-	ItemsSummarized int              `msgpack:"is"`
-	Removed         []string         `msgpack:"rm,omitempty"`
-	SummaryID       string           `msgpack:"su,omitempty"`
+	Result         `msgpack:",inline"`
+	FrameID        string           `msgpack:"f"`
+	OriginalTokens int64            `msgpack:"ot"`
+	FinalTokens    int64            `msgpack:"ft"`
+	Level          compaction.Level `msgpack:"l"`
+	// ItemsRemoved counts the handles dropped without a trace in the live
+	// context (those the summary does not cover).
+	ItemsRemoved int `msgpack:"ir"`
+	// ItemsSummarized counts the handles the summary (SummaryID) covers.
+	ItemsSummarized int      `msgpack:"is"`
+	Removed         []string `msgpack:"rm,omitempty"`
+	SummaryID       string   `msgpack:"su,omitempty"`
 }
 
 // ResumeActor recovers a scope, typically from an actor's Started handler.

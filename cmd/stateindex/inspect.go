@@ -94,6 +94,13 @@ func printFrame(w io.Writer, st *frames.State, f *frames.Frame, indent string, l
 	if n := len(f.InDoubt()); n > 0 {
 		extra += fmt.Sprintf("  %d tool call(s) in doubt", n)
 	}
+	if ab := f.Abandoned(); len(ab) > 0 {
+		names := make([]string, len(ab))
+		for i, c := range ab {
+			names[i] = clip(c.Name, 24) + " " + short(c.ID)
+		}
+		extra += fmt.Sprintf("  %d tool call(s) abandoned: %s", len(ab), strings.Join(names, ", "))
+	}
 	fmt.Fprintf(w, "%s%s%s %-9s depth %d  tokens %d/%d  handles %d%s  %q%s\n", indent, branch, short(f.ID), f.Status, f.Depth,
 		f.Budget.Used, f.Budget.Total, len(f.Handles), extra, clip(f.Goal, 60), marker)
 	for i, id := range f.Children {

@@ -445,7 +445,7 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 			return err
 		}
 		c := r.(*messages.CompactionResult)
-		f.handles -= c.ItemsRemoved
+		f.handles -= len(c.Removed)
 		if c.SummaryID != "" {
 			f.handles++
 		}

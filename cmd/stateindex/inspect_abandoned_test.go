@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// A frame popped with a tool call still open shows the call as abandoned.
+func TestInspectListsAbandonedToolCalls(t *testing.T) {
+	dir := t.TempDir()
+	func() {
+		store, err := openStore(dir, true, time.Second)
+		require.NoError(t, err)
+		defer store.Close()
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+		defer sys.Shutdown()
+		cfg := actors.DefaultConfig()
+		cfg.TokenKey, cfg.Logger = bytes.Repeat([]byte{7}, 32), quiet
+		srv, err := actors.Start(sys, store, cfg)
+		require.NoError(t, err)
+		defer srv.Stop()
+		c, ctx := srv.Client(), context.Background()
+		m := messages.Mutation{Scope: "agent-8"}
+		root, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m, Goal: "plan", Budget: budget.TokenBudget{Total: 100}})
+		require.NoError(t, err)
+		child, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m, ParentID: root.FrameID, Goal: "pay", Budget: budget.TokenBudget{Total: 10}})
+		require.NoError(t, err)
+		_, err = c.StartToolCall(ctx, &messages.StartToolCall{Mutation: m, FrameID: child.FrameID, CallID: "call-pay-1", Name: "charge_card"})
+		require.NoError(t, err)
+		_, err = c.PopFrame(ctx, &messages.PopFrame{Mutation: m, FrameID: child.FrameID, Status: frames.StatusFailed})
+		require.NoError(t, err)
+	}()
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"inspect", "--data", dir}, &out, &errb), errb.String())
+	assert.Regexp(t, `└─ \w+ failed .*1 tool call\(s\) abandoned: charge_card call-pay-1  "pay"`, out.String())
+	assert.Contains(t, out.String(), "pending 1", "the abandoned call is pending work")
+}

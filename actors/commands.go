@@ -2,59 +2,37 @@ package actors
 
 import (
 	"fmt"
-	"time"
 
-	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/messages"
 )
 
-// resolveFrame returns id, or the top of the stack when id is empty.
-func resolveFrame(st *frames.State, id string) (string, error) {
-	if id != "" {
-		return id, nil
-	}
-	top := st.TopOfStack()
-	if top == nil {
-		return "", fmt.Errorf("%w: %q", frames.ErrNoActiveFrame, st.Scope)
-	}
-	return top.ID, nil
+func (h *handler) mint(now int64, ttl int64) frames.Mint {
+	return frames.NewMint(h.cfg.NewID(), now, frames.TokenTTL(ttl, int64(h.cfg.TokenTTL), int64(h.cfg.MaxTokenTTL)))
 }
 
-func (h *handler) mint(now int64, ttl time.Duration) frames.Mint {
-	if ttl <= 0 {
-		ttl = h.cfg.TokenTTL
-	}
-	ttl = min(ttl, h.cfg.MaxTokenTTL)
-	return frames.Mint{TokenID: h.cfg.NewID(), ExpiresAt: now + int64(ttl)}
-}
-
-// count measures content under the server's counter — as is and after
-// whitespace normalization, so that packs need not rescan it — refusing
-// oversized content before a tokenizer ever sees it.
+// count measures content under the server's counter (frames.CountContent).
 func (h *handler) count(what, content string) (tokens, light int64, err error) {
-	if len(content) > h.cfg.Frames.MaxContentBytes {
-		return 0, 0, fmt.Errorf("%w: %s is %d bytes, limit %d", frames.ErrTooLarge, what, len(content), h.cfg.Frames.MaxContentBytes)
-	}
-	return h.cfg.Counter.Count(content), compaction.LightTokens(content, h.cfg.Counter), nil
+	return frames.CountContent(h.cfg.Frames, h.cfg.Counter, what, content)
 }
 
-// command translates a request into a domain command, minting ids and
-// stamping time. A non-nil early reply ends the request without an append.
+// command translates a request into a domain command: frame ids resolved
+// and defaults applied by frames, ids minted and time stamped here. A
+// non-nil early reply ends the request without an append.
 func (h *handler) command(st *frames.State, req messages.MutatingRequest, hdr frames.Header) (frames.Command, messages.Reply, error) {
 	switch r := req.(type) {
 	case *messages.PushFrame:
 		return &frames.PushFrame{Header: hdr, FrameID: h.cfg.NewID(), ParentID: r.ParentID, Goal: r.Goal,
 			Inputs: r.Inputs, Budget: r.Budget, Limits: r.Limits}, nil, nil
 	case *messages.PopFrame:
-		id, err := resolveFrame(st, r.FrameID)
+		id, err := frames.ResolveFrame(st, r.FrameID)
 		return &frames.PopFrame{Header: hdr, FrameID: id, Status: r.Status, Cascade: r.Cascade, Mint: h.mint(hdr.Now, 0)}, nil, err
 	case *messages.UpdateFrame:
-		id, err := resolveFrame(st, r.FrameID)
+		id, err := frames.ResolveFrame(st, r.FrameID)
 		return &frames.UpdateFrame{Header: hdr, FrameID: id, Goal: r.Goal, Inputs: r.Inputs, SetInputs: r.SetInputs,
 			Limits: r.Limits, ReserveDelta: r.ReserveDelta, ContextHash: r.ContextHash, Mint: h.mint(hdr.Now, 0)}, nil, err
 	case *messages.AddContextHandle:
-		id, err := resolveFrame(st, r.FrameID)
+		id, err := frames.ResolveFrame(st, r.FrameID)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -62,41 +40,31 @@ func (h *handler) command(st *frames.State, req messages.MutatingRequest, hdr fr
 		if err != nil {
 			return nil, nil, err
 		}
-		hid, kind := r.HandleID, r.Kind
-		if hid == "" {
-			hid = h.cfg.NewID()
-		}
-		if kind == "" {
-			kind = "text"
-		}
 		return &frames.AddContextHandle{Header: hdr, FrameID: id, Handle: frames.ContextHandle{
-			ID: hid, Kind: kind, Priority: r.Priority, Content: r.Content, Tokens: tokens, LightTokens: light}}, nil, nil
+			ID: frames.MintIfEmpty(r.HandleID, h.cfg.NewID), Kind: frames.HandleKind(r.Kind), Priority: r.Priority,
+			Content: r.Content, Tokens: tokens, LightTokens: light}}, nil, nil
 	case *messages.AddResult:
-		id, err := resolveFrame(st, r.FrameID)
-		rid := r.ResultID
-		if rid == "" {
-			rid = h.cfg.NewID()
-		}
-		return &frames.AddResult{Header: hdr, FrameID: id, Result: frames.ResultRef{ID: rid, Kind: r.Kind, Ref: r.Ref, Summary: r.Summary}}, nil, err
+		id, err := frames.ResolveFrame(st, r.FrameID)
+		return &frames.AddResult{Header: hdr, FrameID: id, Result: frames.ResultRef{ID: frames.MintIfEmpty(r.ResultID, h.cfg.NewID),
+			Kind: r.Kind, Ref: r.Ref, Summary: r.Summary}}, nil, err
 	case *messages.RecordUsage:
-		id, err := resolveFrame(st, r.FrameID)
+		id, err := frames.ResolveFrame(st, r.FrameID)
 		return &frames.RecordUsage{Header: hdr, FrameID: id, Cost: r.Cost, Mint: h.mint(hdr.Now, 0)}, nil, err
 	case *messages.StartToolCall:
-		id, err := resolveFrame(st, r.FrameID)
-		cid := r.CallID
-		if cid == "" {
-			cid = h.cfg.NewID()
-		}
-		return &frames.StartToolCall{Header: hdr, FrameID: id, CallID: cid, Name: r.Name, Input: r.Input}, nil, err
+		id, err := frames.ResolveFrame(st, r.FrameID)
+		return &frames.StartToolCall{Header: hdr, FrameID: id, CallID: frames.MintIfEmpty(r.CallID, h.cfg.NewID), Name: r.Name, Input: r.Input}, nil, err
 	case *messages.FinishToolCall:
 		return h.finishTool(st, r, hdr)
 	case *messages.SuspendFrame:
-		id, err := resolveFrame(st, r.FrameID)
-		if r.TTLMillis < 0 {
-			return nil, nil, fmt.Errorf("%w: negative TTL", frames.ErrInvalidArgument)
+		id, err := frames.ResolveFrame(st, r.FrameID)
+		if err != nil {
+			return nil, nil, err
 		}
-		return &frames.SuspendFrame{Header: hdr, FrameID: id, Reason: r.Reason, Note: r.Note,
-			Mint: h.mint(hdr.Now, time.Duration(min(r.TTLMillis, int64(h.cfg.MaxTokenTTL/time.Millisecond)))*time.Millisecond)}, nil, err
+		ttl, err := frames.SuspendTTL(r.TTLMillis, int64(h.cfg.TokenTTL), int64(h.cfg.MaxTokenTTL))
+		if err != nil {
+			return nil, nil, err
+		}
+		return &frames.SuspendFrame{Header: hdr, FrameID: id, Reason: r.Reason, Note: r.Note, Mint: h.mint(hdr.Now, ttl)}, nil, nil
 	case *messages.ResumeFrame:
 		c, err := parseToken(h.cfg.TokenKey, r.Token)
 		if err != nil || c.Scope != r.Scope {
@@ -105,24 +73,24 @@ func (h *handler) command(st *frames.State, req messages.MutatingRequest, hdr fr
 		}
 		return &frames.ResumeFrame{Header: hdr, FrameID: c.FrameID, TokenID: c.TokenID}, nil, nil
 	case *messages.CompactContext:
-		return h.compact(st, r, hdr)
+		s := r.Strategy
+		cmd, err := frames.PlanCompaction(h.cfg.Frames, st, hdr, frames.CompactionQuery{FrameID: r.FrameID, Target: r.TargetTokens,
+			Strategy: frames.StrategySpec{Kind: s.Kind, KeepRecent: s.KeepRecent, MessageCount: s.MessageCount, Custom: s.Custom},
+			Custom:   h.cfg.Custom, SummaryID: h.cfg.NewID(), Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer})
+		if err != nil {
+			return nil, nil, err
+		}
+		return cmd, nil, nil
 	}
 	return nil, nil, messages.Errorf(messages.CodeBadRequest, "unknown request %T", req)
 }
 
 func (h *handler) finishTool(st *frames.State, r *messages.FinishToolCall, hdr frames.Header) (frames.Command, messages.Reply, error) {
-	id, err := resolveFrame(st, r.FrameID)
+	id, err := frames.ResolveFrame(st, r.FrameID)
 	if err != nil {
 		return nil, nil, err
 	}
-	call := r.Call
-	if call == "" {
-		if f := st.Frame(id); f != nil {
-			if tc := f.ToolCall(r.CallID); tc != nil {
-				call = tc.Name + "(" + string(tc.Input) + ")"
-			}
-		}
-	}
+	call := frames.ToolCallText(st, id, r.CallID, r.Call)
 	ct, cl, err := h.count("tool call", call)
 	if err != nil {
 		return nil, nil, err
@@ -131,93 +99,11 @@ func (h *handler) finishTool(st *frames.State, r *messages.FinishToolCall, hdr f
 	if err != nil {
 		return nil, nil, err
 	}
-	prio := r.Priority
-	if prio == 0 {
-		prio = compaction.Medium
-	}
+	prio := frames.ToolPriority(r.Priority)
 	return &frames.FinishToolCall{Header: hdr, FrameID: id, CallID: r.CallID, IsError: r.IsError,
-		CallHandle:   frames.ContextHandle{ID: h.cfg.NewID(), Kind: "tool_call", Priority: prio, Content: call, Tokens: ct, LightTokens: cl},
-		ResultHandle: frames.ContextHandle{ID: h.cfg.NewID(), Kind: "tool_result", Priority: prio, Content: r.Output, Tokens: rt, LightTokens: rl},
+		CallHandle:   frames.ContextHandle{ID: h.cfg.NewID(), Kind: frames.ToolCallKind, Priority: prio, Content: call, Tokens: ct, LightTokens: cl},
+		ResultHandle: frames.ContextHandle{ID: h.cfg.NewID(), Kind: frames.ToolResultKind, Priority: prio, Content: r.Output, Tokens: rt, LightTokens: rl},
 	}, nil, nil
-}
-
-func (h *handler) strategy(s messages.Strategy) (compaction.Strategy, error) {
-	switch s.Kind {
-	case messages.StrategyPriorityBased, "":
-		return compaction.PriorityBased{}, nil
-	case messages.StrategySummarizeOldest:
-		return compaction.SummarizeOldest{KeepRecent: s.KeepRecent}, nil
-	case messages.StrategyTruncateAt:
-		return compaction.TruncateAt{MessageCount: s.MessageCount}, nil
-	case messages.StrategyCustom:
-		if fn, ok := h.cfg.Custom[s.Custom]; ok && fn != nil {
-			return fn, nil
-		}
-		return nil, fmt.Errorf("%w: no custom strategy %q is registered", frames.ErrInvalidArgument, s.Custom)
-	}
-	return nil, fmt.Errorf("%w: unknown strategy %q", frames.ErrInvalidArgument, s.Kind)
-}
-
-// compact plans a compaction with package compaction and turns the plan
-// into a command; a plan that changes nothing is answered without a write.
-func (h *handler) compact(st *frames.State, r *messages.CompactContext, hdr frames.Header) (frames.Command, messages.Reply, error) {
-	id, err := resolveFrame(st, r.FrameID)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := frames.ValidateID("frame id", id, h.cfg.Frames.MaxIDBytes); err != nil {
-		return nil, nil, err
-	}
-	f := st.Frame(id)
-	if f == nil {
-		return nil, nil, fmt.Errorf("%w: %q", frames.ErrFrameNotFound, id)
-	}
-	if !f.Status.Live() {
-		return nil, nil, fmt.Errorf("%w: %q is %s", frames.ErrFrameNotLive, id, f.Status)
-	}
-	if r.TargetTokens < 0 {
-		return nil, nil, fmt.Errorf("%w: negative target", frames.ErrInvalidArgument)
-	}
-	strat, err := h.strategy(r.Strategy)
-	if err != nil {
-		return nil, nil, err
-	}
-	items := handleItems(nil, f.Handles, nil, nil)
-	res, err := compaction.Compact(items, r.TargetTokens, strat, compaction.Options{
-		SummaryID: h.cfg.NewID(), Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer})
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(res.Removed) == 0 && res.Summary == nil {
-		return nil, &messages.CompactionResult{Result: messages.Result{Version: st.Version}, FrameID: id,
-			OriginalTokens: res.OriginalTokens, FinalTokens: res.FinalTokens, Level: res.Level}, nil
-	}
-	var sum *frames.ContextHandle
-	if s := res.Summary; s != nil {
-		prio := s.Priority
-		if !prio.Valid() {
-			prio = compaction.Low
-		}
-		sum = &frames.ContextHandle{ID: s.ID, Kind: "summary", Priority: prio, Content: s.Content, Tokens: s.Tokens,
-			LightTokens: compaction.LightTokens(s.Content, h.cfg.Counter), Covers: s.Covers}
-	}
-	return &frames.CompactContext{Header: hdr, FrameID: id, Strategy: strat.Name(), Removed: res.Removed, Summary: sum,
-		OriginalTokens: res.OriginalTokens, FinalTokens: res.FinalTokens, Level: res.Level}, nil, nil
-}
-
-// handleItems appends a frame's handles to buf as compaction items; include
-// marks mandatory handles and exclude leaves handles out.
-func handleItems(buf []compaction.Item, hs []frames.ContextHandle, include, exclude map[string]bool) []compaction.Item {
-	items := buf[:0]
-	for i := range hs {
-		hd := &hs[i]
-		if exclude[hd.ID] {
-			continue
-		}
-		items = append(items, compaction.Item{ID: hd.ID, Kind: hd.Kind, Priority: hd.Priority, Content: hd.Content,
-			Seq: hd.Seq, Group: hd.Group, Mandatory: include[hd.ID], Covers: hd.Covers, Tokens: hd.Tokens, LightTokens: hd.LightTokens})
-	}
-	return items
 }
 
 // replyFromEvents builds a mutation's reply from the events it appended

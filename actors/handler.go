@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
-	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/messages"
@@ -31,9 +30,8 @@ type handler struct {
 	// inFlight counts, per scope, writes begun and not yet finished; such a
 	// scope is never evicted.
 	inFlight map[string]int
-	// fitter and items are reused by every pack this shard assembles.
-	fitter compaction.Fitter
-	items  []compaction.Item
+	// pack is reused by every pack this shard assembles.
+	pack frames.PackBuffers
 }
 
 // entry is a cached scope.

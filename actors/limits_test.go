@@ -103,7 +103,7 @@ func TestPoppedFramesOpenToolCallsAreReported(t *testing.T) {
 		if restart {
 			e.restart()
 		}
-		st, err := e.c.ResumeActor(ctx, &messages.ResumeActor{Scope: "s"})
+		st, err := e.c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "s"}})
 		require.NoError(t, err)
 		var found []frames.PendingWork
 		for _, p := range st.PendingWork {

@@ -348,6 +348,9 @@ func applyCompacted(s *State, e *FrameCompacted, version int64) error {
 	if err != nil {
 		return err
 	}
+	if len(e.Removed) == 0 && e.Summary == nil {
+		return nil // a compaction that found nothing to remove
+	}
 	removed := make(map[string]bool, len(e.Removed))
 	var freed int64
 	for _, id := range e.Removed {

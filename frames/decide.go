@@ -638,9 +638,8 @@ func (d decider) compact(c *CompactContext) ([]Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(c.Removed) == 0 && c.Summary == nil {
-		return nil, invalid("compaction changes nothing")
-	}
+	// A compaction that removes nothing is still recorded: its event keeps
+	// the request id, so that a resend gets the original reply.
 	if err := checkText("strategy", c.Strategy, 64); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ var (
 	ErrHandleNotFound     = errors.New("frames: context handle not found")
 	ErrTooManyHandles     = errors.New("frames: too many context handles")
 	ErrCriticalHandle     = errors.New("frames: critical handle cannot be removed")
+	ErrBudgetTooSmall     = errors.New("frames: pack budget under the minimum")
 	ErrSplitGroup         = errors.New("frames: tool call and result cannot be separated")
 	ErrInconsistentEvent  = errors.New("frames: event inconsistent with state")
 	ErrUnknownEventType   = errors.New("frames: unknown event type")

@@ -386,7 +386,6 @@ func TestBadInputsChangeNothing(t *testing.T) {
 		{"expired mint", &frames.SuspendFrame{Header: h(), FrameID: "r", Reason: frames.SuspendApproval, Mint: frames.Mint{TokenID: "t", ExpiresAt: 1}}, frames.ErrInvalidArgument},
 		{"resume not suspended", &frames.ResumeFrame{Header: h(), FrameID: "r", TokenID: "t"}, frames.ErrTokenUnknown},
 		{"compact unknown handle", &frames.CompactContext{Header: h(), FrameID: "r", Removed: []string{"nope"}}, frames.ErrHandleNotFound},
-		{"compact nothing", &frames.CompactContext{Header: h(), FrameID: "r"}, frames.ErrInvalidArgument},
 		{"summary covering kept handle", &frames.CompactContext{Header: h(), FrameID: "r", Summary: &frames.ContextHandle{ID: "s", Priority: compaction.Low, Covers: []string{"h1"}}}, frames.ErrInvalidArgument},
 		{"no server time", &frames.PushFrame{FrameID: "n"}, frames.ErrInvalidArgument},
 		{"bad request id", &frames.PushFrame{Header: frames.Header{RequestID: "a b", Now: 5}, FrameID: "n"}, frames.ErrInvalidID},

@@ -214,10 +214,6 @@ func refusable(c messages.Code) bool {
 func outcome(req messages.Request, reply messages.Reply) (version int64, wrote, extra string) {
 	wrote = "1"
 	switch r := reply.(type) {
-	case *messages.CompactionResult:
-		if r.ItemsRemoved == 0 && r.SummaryID == "" {
-			wrote = "0"
-		}
 	case *messages.ActorResumeState:
 		if r.Version == 0 {
 			wrote = "0"

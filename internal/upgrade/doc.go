@@ -1,0 +1,21 @@
+// Package upgrade keeps the promise that a release opens what the previous
+// release wrote: every format change keeps the previous release's fixture
+// working.
+//
+// testdata/v1 holds a data directory written by one release (the bbolt
+// file with snapshots and signed checkpoints, its server.key and
+// checkpoint.key) and a manifest of every request that wrote it: the
+// request's fields, its request id and the reply it got, plus what each
+// scope looked like at the end. The test opens a copy with the current
+// code and checks that every scope serves, that every recorded request id
+// still answers with its original reply and appends nothing, that fresh
+// requests work, that a suspension token never used still resumes its
+// frame once, and that stateindex verify passes on the file.
+//
+// A fixture is never regenerated once its release is out: a release that
+// changes a format adds a directory (testdata/v2, ...) and the test runs
+// every one. The manifest's records (Step, Reply) are this package's own,
+// frozen with the fixture; requests.go is the one place that turns them
+// into today's messages and today's replies back into them — the file to
+// update when the request or reply structs change shape.
+package upgrade

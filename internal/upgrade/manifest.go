@@ -1,0 +1,216 @@
+package upgrade
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/compaction"
+)
+
+// ManifestFile is the manifest's name inside a fixture directory; DataDir
+// is the data directory beside it (laid out as stateindex serve lays out
+// --data: stateindex.db, server.key, checkpoint.key, checkpoint.pub).
+const (
+	ManifestFile = "manifest.json"
+	DataDir      = "data"
+)
+
+// Manifest records how a fixture was written and what it must answer.
+// Its JSON is frozen with the fixture: fields may be added (older fixtures
+// then lack them), never renamed or given another meaning.
+type Manifest struct {
+	// Release names the fixture (its directory: v1, v2, ...).
+	Release string `json:"release"`
+	// ClockStart is the fake clock's first reading (Unix nanoseconds);
+	// ClockEnd its last while writing. A test serving the fixture runs its
+	// clock from just after ClockEnd, so that suspension tokens and request
+	// ids are as young as on the day the fixture was written.
+	ClockStart int64 `json:"clock_start"`
+	ClockEnd   int64 `json:"clock_end"`
+	// SnapshotEvery and Shards are the server settings it was written with.
+	SnapshotEvery int64 `json:"snapshot_every"`
+	Shards        int   `json:"shards"`
+	// LastSeq is the store's global sequence once written.
+	LastSeq uint64 `json:"last_seq"`
+	// Steps are the mutating requests in the order they were sent, each
+	// with the reply it got.
+	Steps []Step `json:"steps"`
+	// Scopes is each scope as the fixture leaves it.
+	Scopes []ScopeFacts `json:"scopes"`
+}
+
+// Step is one mutating request and its reply. Request fields that the
+// operation does not have are left empty.
+type Step struct {
+	N         int    `json:"n"`
+	Op        string `json:"op"` // PushFrame, PopFrame, ... as in messages
+	Scope     string `json:"scope"`
+	RequestID string `json:"request_id"`
+	// Header fields of every mutating request.
+	IfVersion *int64 `json:"if_version,omitempty"`
+	Reason    uint8  `json:"reason,omitempty"` // frames.Reason
+
+	FrameID      string               `json:"frame_id,omitempty"`
+	ParentID     string               `json:"parent_id,omitempty"`
+	Goal         *string              `json:"goal,omitempty"`
+	Inputs       []byte               `json:"inputs,omitempty"`
+	SetInputs    bool                 `json:"set_inputs,omitempty"`
+	Budget       *budget.TokenBudget  `json:"budget,omitempty"`
+	Limits       *budget.Limits       `json:"limits,omitempty"`
+	ReserveDelta int64                `json:"reserve_delta,omitempty"`
+	ContextHash  *string              `json:"context_hash,omitempty"`
+	Status       string               `json:"status,omitempty"` // frames.Status name
+	Cascade      bool                 `json:"cascade,omitempty"`
+	HandleID     string               `json:"handle_id,omitempty"`
+	Kind         string               `json:"kind,omitempty"` // a handle's or a result's kind
+	Priority     *compaction.Priority `json:"priority,omitempty"`
+	Content      string               `json:"content,omitempty"`
+	ResultID     string               `json:"result_id,omitempty"`
+	Ref          string               `json:"ref,omitempty"`
+	Summary      string               `json:"summary,omitempty"`
+	Cost         *budget.Cost         `json:"cost,omitempty"`
+	CallID       string               `json:"call_id,omitempty"`
+	Name         string               `json:"name,omitempty"`
+	Input        []byte               `json:"input,omitempty"`
+	Call         string               `json:"call,omitempty"`
+	Output       string               `json:"output,omitempty"`
+	IsError      bool                 `json:"is_error,omitempty"`
+	SuspendAs    string               `json:"suspend_reason,omitempty"` // frames.SuspendReason
+	Note         string               `json:"note,omitempty"`
+	TTLMillis    int64                `json:"ttl_millis,omitempty"`
+	Token        string               `json:"token,omitempty"`
+	TargetTokens int64                `json:"target_tokens,omitempty"`
+	Strategy     *Strategy            `json:"strategy,omitempty"`
+
+	// WireV1 is the request as the writing release encoded it (msgpack,
+	// the bytes its request digest was taken of) and DigestV1 that digest
+	// (SHA-256, hex): what the scope remembers next to the request id.
+	WireV1   []byte `json:"wire_v1"`
+	DigestV1 string `json:"digest_v1"`
+
+	// Reply is what the request got; a resend must get the same.
+	Reply Reply `json:"reply"`
+}
+
+// Strategy is CompactContext's strategy.
+type Strategy struct {
+	Kind         string `json:"kind"`
+	KeepRecent   int    `json:"keep_recent,omitempty"`
+	MessageCount int    `json:"message_count,omitempty"`
+	Custom       string `json:"custom,omitempty"`
+}
+
+// Reply is what a resend must reproduce of a reply: its version and every
+// id, token and amount it names. Counts a later release may compute
+// differently from the same events (a compaction's ItemsRemoved and
+// ItemsSummarized, recovery timings) are left out; the ids stand for them.
+type Reply struct {
+	Version int64  `json:"version"`
+	FrameID string `json:"frame_id,omitempty"`
+	// PushFrame
+	Depth  int64               `json:"depth,omitempty"`
+	Budget *budget.TokenBudget `json:"budget,omitempty"`
+	// PopFrame
+	Status           string   `json:"status,omitempty"`
+	Released         int64    `json:"released,omitempty"`
+	ChargedTokens    int64    `json:"charged_tokens,omitempty"`
+	Cancelled        []string `json:"cancelled,omitempty"`
+	ParentSuspension *Token   `json:"parent_suspension,omitempty"`
+	// AddContextHandle, FinishToolCall
+	HandleID string `json:"handle_id,omitempty"`
+	Tokens   int64  `json:"tokens,omitempty"`
+	// AddResult
+	ResultID string `json:"result_id,omitempty"`
+	// RecordUsage (a crossed limit), SuspendFrame (the reply is the token)
+	Suspension *Token `json:"suspension,omitempty"`
+	// StartToolCall, FinishToolCall
+	CallID         string `json:"call_id,omitempty"`
+	CallHandleID   string `json:"call_handle_id,omitempty"`
+	ResultHandleID string `json:"result_handle_id,omitempty"`
+	// CompactContext
+	Removed   []string `json:"removed,omitempty"`
+	SummaryID string   `json:"summary_id,omitempty"`
+	// ResumeActor (not compared on a resend: the writing release answered
+	// a repeated ResumeActor with the scope's current state)
+	Live    []string  `json:"live,omitempty"`
+	Pending []Pending `json:"pending,omitempty"`
+}
+
+// Token is a suspension token as a reply carries it.
+type Token struct {
+	Token       string            `json:"token"`
+	TokenID     string            `json:"token_id"`
+	Scope       string            `json:"scope"`
+	FrameID     string            `json:"frame_id"`
+	Reason      string            `json:"reason"`
+	SuspendedAt int64             `json:"suspended_at"`
+	ExpiresAt   int64             `json:"expires_at"`
+	Limit       *budget.Violation `json:"limit,omitempty"`
+}
+
+// Pending is one item of a scope's pending work.
+type Pending struct {
+	FrameID    string `json:"frame_id"`
+	Kind       string `json:"kind"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
+}
+
+// Frame is what a scope's reads must still say about one frame.
+type Frame struct {
+	ID       string   `json:"id"`
+	ParentID string   `json:"parent_id,omitempty"`
+	Goal     string   `json:"goal"`
+	Status   string   `json:"status"`
+	Depth    int64    `json:"depth"`
+	Handles  int      `json:"handles"`
+	Results  int      `json:"results"`
+	InDoubt  []string `json:"in_doubt,omitempty"`
+	// Suspended is the suspension's reason, "" when not suspended.
+	Suspended string `json:"suspended,omitempty"`
+}
+
+// ScopeFacts is a scope as the fixture leaves it.
+type ScopeFacts struct {
+	Scope   string `json:"scope"`
+	Version int64  `json:"version"`
+	// Stack is GetStack of the last live frame (by id), root first; empty
+	// when no frame is live.
+	Stack []Frame `json:"stack,omitempty"`
+	// Live and Pending are what ResumeActor lists.
+	Live    []Frame   `json:"live,omitempty"`
+	Pending []Pending `json:"pending,omitempty"`
+	// UnusedToken is a suspension token the fixture never used: it must
+	// still resume FrameID exactly once.
+	UnusedToken *Token `json:"unused_token,omitempty"`
+}
+
+// Load reads a fixture's manifest, refusing fields it does not know (a
+// renamed field would otherwise read as empty and weaken the test).
+func Load(path string) (*Manifest, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(m.Steps) == 0 || len(m.Scopes) == 0 {
+		return nil, fmt.Errorf("%s: no steps or no scopes", path)
+	}
+	return &m, nil
+}
+
+// Encode returns the manifest's JSON, indented, newline-terminated.
+func (m *Manifest) Encode() ([]byte, error) {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}

@@ -1,0 +1,230 @@
+package upgrade
+
+// This file is the one place that knows today's request and reply structs
+// (messages) and the Client's methods. When their shapes change, update
+// Build, Send and the reply conversions here; the manifest's records stay
+// as they are.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// Read operations Build also accepts (never recorded as steps).
+const (
+	OpGetStack = "GetStack"
+)
+
+// Build returns the request a step records. Besides the mutating
+// operations it builds GetStack (Scope, FrameID).
+func Build(s Step) (messages.Request, error) {
+	mut := messages.Mutation{Scope: s.Scope, RequestID: s.RequestID, IfVersion: s.IfVersion, Reason: frames.Reason(s.Reason)}
+	switch s.Op {
+	case "PushFrame":
+		r := &messages.PushFrame{Mutation: mut, ParentID: s.ParentID, Inputs: s.Inputs}
+		if s.Goal != nil {
+			r.Goal = *s.Goal
+		}
+		if s.Budget != nil {
+			r.Budget = *s.Budget
+		}
+		if s.Limits != nil {
+			r.Limits = *s.Limits
+		}
+		return r, nil
+	case "PopFrame":
+		st, err := frames.ParseStatus(s.Status)
+		if err != nil {
+			return nil, err
+		}
+		return &messages.PopFrame{Mutation: mut, FrameID: s.FrameID, Status: st, Cascade: s.Cascade}, nil
+	case "UpdateFrame":
+		return &messages.UpdateFrame{Mutation: mut, FrameID: s.FrameID, Goal: s.Goal, Inputs: s.Inputs, SetInputs: s.SetInputs,
+			Limits: s.Limits, ReserveDelta: s.ReserveDelta, ContextHash: s.ContextHash}, nil
+	case "AddContextHandle":
+		r := &messages.AddContextHandle{Mutation: mut, FrameID: s.FrameID, HandleID: s.HandleID, Kind: s.Kind, Content: s.Content}
+		if s.Priority != nil {
+			r.Priority = *s.Priority
+		}
+		return r, nil
+	case "AddResult":
+		return &messages.AddResult{Mutation: mut, FrameID: s.FrameID, ResultID: s.ResultID, Kind: s.Kind, Ref: s.Ref, Summary: s.Summary}, nil
+	case "RecordUsage":
+		r := &messages.RecordUsage{Mutation: mut, FrameID: s.FrameID}
+		if s.Cost != nil {
+			r.Cost = *s.Cost
+		}
+		return r, nil
+	case "StartToolCall":
+		return &messages.StartToolCall{Mutation: mut, FrameID: s.FrameID, CallID: s.CallID, Name: s.Name, Input: s.Input}, nil
+	case "FinishToolCall":
+		r := &messages.FinishToolCall{Mutation: mut, FrameID: s.FrameID, CallID: s.CallID, Call: s.Call, Output: s.Output, IsError: s.IsError}
+		if s.Priority != nil {
+			r.Priority = *s.Priority
+		}
+		return r, nil
+	case "SuspendFrame":
+		return &messages.SuspendFrame{Mutation: mut, FrameID: s.FrameID, Reason: frames.SuspendReason(s.SuspendAs), Note: s.Note, TTLMillis: s.TTLMillis}, nil
+	case "ResumeFrame":
+		return &messages.ResumeFrame{Mutation: mut, Token: s.Token}, nil
+	case "CompactContext":
+		r := &messages.CompactContext{Mutation: mut, FrameID: s.FrameID, TargetTokens: s.TargetTokens}
+		if s.Strategy != nil {
+			r.Strategy = messages.Strategy{Kind: s.Strategy.Kind, KeepRecent: s.Strategy.KeepRecent,
+				MessageCount: s.Strategy.MessageCount, Custom: s.Strategy.Custom}
+		}
+		return r, nil
+	case "ResumeActor":
+		return &messages.ResumeActor{Scope: s.Scope, RequestID: s.RequestID}, nil
+	case OpGetStack:
+		return &messages.GetStack{Scope: s.Scope, FrameID: s.FrameID}, nil
+	}
+	return nil, fmt.Errorf("upgrade: step %d: unknown operation %q", s.N, s.Op)
+}
+
+// Send sends a request built by Build and returns its reply (also with an
+// error, when the reply carries one).
+func Send(ctx context.Context, c *actors.Client, req messages.Request) (messages.Reply, error) {
+	switch r := req.(type) {
+	case *messages.PushFrame:
+		return c.PushFrame(ctx, r)
+	case *messages.PopFrame:
+		return c.PopFrame(ctx, r)
+	case *messages.UpdateFrame:
+		return c.UpdateFrame(ctx, r)
+	case *messages.AddContextHandle:
+		return c.AddContextHandle(ctx, r)
+	case *messages.AddResult:
+		return c.AddResult(ctx, r)
+	case *messages.RecordUsage:
+		return c.RecordUsage(ctx, r)
+	case *messages.StartToolCall:
+		return c.StartToolCall(ctx, r)
+	case *messages.FinishToolCall:
+		return c.FinishToolCall(ctx, r)
+	case *messages.SuspendFrame:
+		return c.SuspendFrame(ctx, r)
+	case *messages.ResumeFrame:
+		return c.ResumeFrame(ctx, r)
+	case *messages.CompactContext:
+		return c.CompactContext(ctx, r)
+	case *messages.ResumeActor:
+		return c.ResumeActor(ctx, r)
+	case *messages.GetStack:
+		return c.GetStack(ctx, r)
+	}
+	return nil, fmt.Errorf("upgrade: cannot send %T", req)
+}
+
+// Wire returns a request's msgpack encoding and the SHA-256 digest of it:
+// what the writing release recorded as the request's digest.
+func Wire(req messages.Request) ([]byte, string, error) {
+	b, err := eventstore.Marshal(req)
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(b)
+	return b, hex.EncodeToString(sum[:]), nil
+}
+
+// ReplyOf reduces a reply to what a resend must reproduce.
+func ReplyOf(reply messages.Reply) (Reply, error) {
+	switch r := reply.(type) {
+	case *messages.PushFrameReply:
+		b := r.Budget
+		return Reply{Version: r.Version, FrameID: r.FrameID, Depth: r.Depth, Budget: &b}, nil
+	case *messages.PopFrameReply:
+		return Reply{Version: r.Version, FrameID: r.FrameID, Status: r.Status.String(), Released: r.Released,
+			ChargedTokens: r.ChargedTokens, Cancelled: r.Cancelled, ParentSuspension: TokenOf(r.ParentSuspension)}, nil
+	case *messages.UpdateFrameReply:
+		return Reply{Version: r.Version, FrameID: r.FrameID}, nil
+	case *messages.AddContextHandleReply:
+		return Reply{Version: r.Version, FrameID: r.FrameID, HandleID: r.HandleID, Tokens: r.Tokens}, nil
+	case *messages.AddResultReply:
+		return Reply{Version: r.Version, FrameID: r.FrameID, ResultID: r.ResultID}, nil
+	case *messages.RecordUsageReply:
+		return Reply{Version: r.Version, FrameID: r.FrameID, Suspension: TokenOf(r.Suspension)}, nil
+	case *messages.StartToolCallReply:
+		return Reply{Version: r.Version, FrameID: r.FrameID, CallID: r.CallID}, nil
+	case *messages.FinishToolCallReply:
+		return Reply{Version: r.Version, FrameID: r.FrameID, CallID: r.CallID, CallHandleID: r.CallHandleID,
+			ResultHandleID: r.ResultHandleID, Tokens: r.Tokens}, nil
+	case *messages.SuspensionToken:
+		return Reply{Version: r.Version, FrameID: r.FrameID, Suspension: TokenOf(r)}, nil
+	case *messages.ResumeFrameReply:
+		return Reply{Version: r.Version, FrameID: r.FrameID}, nil
+	case *messages.CompactionResult:
+		return Reply{Version: r.Version, FrameID: r.FrameID, Removed: r.Removed, SummaryID: r.SummaryID}, nil
+	case *messages.ActorResumeState:
+		out := Reply{Version: r.Version, Pending: PendingOf(r)}
+		for _, f := range r.LiveFrames {
+			out.Live = append(out.Live, f.ID)
+		}
+		return out, nil
+	}
+	return Reply{}, fmt.Errorf("upgrade: no reply record for %T", reply)
+}
+
+// TokenOf converts a suspension token (nil for nil).
+func TokenOf(t *messages.SuspensionToken) *Token {
+	if t == nil {
+		return nil
+	}
+	out := &Token{Token: t.Token, TokenID: t.TokenID, Scope: t.Scope, FrameID: t.FrameID, Reason: string(t.Reason),
+		SuspendedAt: t.SuspendedAt, ExpiresAt: t.ExpiresAt}
+	if t.Limit != nil {
+		v := *t.Limit
+		out.Limit = &v
+	}
+	return out
+}
+
+// StackOf lists the frames of a GetStack reply, root first.
+func StackOf(reply messages.Reply) ([]Frame, error) {
+	r, ok := reply.(*messages.GetStackReply)
+	if !ok {
+		return nil, fmt.Errorf("upgrade: %T is not a GetStack reply", reply)
+	}
+	return framesOf(r.Frames), nil
+}
+
+// LiveOf lists the live frames of a ResumeActor reply, in push order.
+func LiveOf(reply messages.Reply) ([]Frame, error) {
+	r, ok := reply.(*messages.ActorResumeState)
+	if !ok {
+		return nil, fmt.Errorf("upgrade: %T is not a ResumeActor reply", reply)
+	}
+	return framesOf(r.LiveFrames), nil
+}
+
+// PendingOf lists a ResumeActor reply's pending work.
+func PendingOf(r *messages.ActorResumeState) []Pending {
+	var out []Pending
+	for _, p := range r.PendingWork {
+		out = append(out, Pending{FrameID: p.FrameID, Kind: string(p.Kind), ToolCallID: p.ToolCallID})
+	}
+	return out
+}
+
+func framesOf(fs []messages.FrameSummary) []Frame {
+	var out []Frame
+	for _, f := range fs {
+		fr := Frame{ID: f.ID, ParentID: f.ParentID, Goal: f.Goal, Status: f.Status.String(), Depth: f.Depth,
+			Handles: f.Handles, Results: f.Results}
+		for _, c := range f.InDoubt {
+			fr.InDoubt = append(fr.InDoubt, c.ID)
+		}
+		if f.Suspension != nil {
+			fr.Suspended = string(f.Suspension.Reason)
+		}
+		out = append(out, fr)
+	}
+	return out
+}

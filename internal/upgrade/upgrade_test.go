@@ -1,0 +1,230 @@
+package upgrade
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/compaction"
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/internal/verify"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// TestPreviousReleasesStillWork opens a copy of every committed fixture
+// (testdata/v*) with the current code and checks what its manifest
+// promises: every scope serves as it was left, every recorded request id
+// answers with its original reply and appends nothing, fresh requests
+// work, a suspension token never used resumes its frame once, and verify
+// passes on the file before and after.
+func TestPreviousReleasesStillWork(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join("testdata", "v*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, dirs, "no fixture under testdata")
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) { checkFixture(t, dir) })
+	}
+}
+
+// upgraded is a fixture's copy served by the current code. Fresh requests
+// leave RequestID empty: the Client fills one as the current release does.
+type upgraded struct {
+	t     *testing.T
+	m     *Manifest
+	data  string
+	keys  keys
+	store *eventstore.BoltStore
+	sys   *actor.ActorSystem
+	srv   *actors.Server
+	c     *actors.Client
+	clock *clock
+}
+
+func checkFixture(t *testing.T, dir string) {
+	m, err := Load(filepath.Join(dir, ManifestFile))
+	require.NoError(t, err)
+	data := filepath.Join(t.TempDir(), DataDir)
+	require.NoError(t, copyDir(data, filepath.Join(dir, DataDir)))
+	u := &upgraded{t: t, m: m, data: data}
+	u.keys, err = readKeys(data)
+	require.NoError(t, err)
+
+	u.verify("as written")
+	u.start()
+
+	ctx := context.Background()
+	seq, err := u.store.LastSeq(ctx)
+	require.NoError(t, err)
+	require.Equal(t, m.LastSeq, seq, "the copy holds what the manifest says was written")
+
+	t.Run("scopes serve", func(t *testing.T) {
+		for _, sc := range m.Scopes {
+			if len(sc.Stack) == 0 {
+				continue
+			}
+			top := sc.Stack[len(sc.Stack)-1].ID
+			reply, err := u.send(Step{Op: OpGetStack, Scope: sc.Scope, FrameID: top})
+			require.NoError(t, err, sc.Scope)
+			stack, err := StackOf(reply)
+			require.NoError(t, err)
+			assert.Equal(t, sc.Stack, stack, sc.Scope)
+		}
+	})
+
+	t.Run("old request ids answer with their original reply", u.resendAll)
+	t.Run("recovery lists the fixture's frames and pending work", func(t *testing.T) {
+		for _, sc := range m.Scopes {
+			reply, err := u.send(Step{Op: "ResumeActor", Scope: sc.Scope})
+			require.NoError(t, err, sc.Scope)
+			live, err := LiveOf(reply)
+			require.NoError(t, err)
+			assert.Equal(t, sc.Live, live, sc.Scope)
+			got, err := ReplyOf(reply)
+			require.NoError(t, err)
+			assert.Equal(t, sc.Pending, got.Pending, sc.Scope)
+			assert.GreaterOrEqual(t, got.Version, sc.Version, sc.Scope)
+		}
+	})
+
+	t.Run("fresh requests apply", func(t *testing.T) {
+		for _, sc := range m.Scopes {
+			before := u.version(sc.Scope)
+			reply, err := u.send(Step{Op: "PushFrame", Scope: sc.Scope, Goal: str("after the upgrade")})
+			require.NoError(t, err, sc.Scope)
+			got, err := ReplyOf(reply)
+			require.NoError(t, err)
+			assert.Equal(t, before+1, got.Version, sc.Scope)
+			assert.NotEmpty(t, got.FrameID, sc.Scope)
+			reply, err = u.send(Step{Op: "AddContextHandle", Scope: sc.Scope, FrameID: got.FrameID,
+				Kind: "note", Priority: prio(compaction.Medium), Content: "written by the new release"})
+			require.NoError(t, err, sc.Scope)
+			got2, err := ReplyOf(reply)
+			require.NoError(t, err)
+			assert.Equal(t, before+2, got2.Version, sc.Scope)
+		}
+	})
+
+	t.Run("an unused suspension token resumes its frame once", func(t *testing.T) {
+		n := 0
+		for _, sc := range m.Scopes {
+			tok := sc.UnusedToken
+			if tok == nil {
+				continue
+			}
+			n++
+			reply, err := u.send(Step{Op: "ResumeFrame", Scope: sc.Scope, Token: tok.Token})
+			require.NoError(t, err, sc.Scope)
+			got, err := ReplyOf(reply)
+			require.NoError(t, err)
+			assert.Equal(t, tok.FrameID, got.FrameID, sc.Scope)
+			_, err = u.send(Step{Op: "ResumeFrame", Scope: sc.Scope, Token: tok.Token})
+			require.ErrorIs(t, err, messages.ErrTokenUsed, sc.Scope)
+		}
+		require.NotZero(t, n, "the fixture has no unused token")
+	})
+
+	// Restart: the scopes now load from snapshots this release wrote over
+	// the old log (SnapshotEvery is 1), and the old ids still answer.
+	u.stop()
+	u.start()
+	t.Run("old request ids answer after a restart", u.resendAll)
+
+	u.stop()
+	u.verify("after serving")
+}
+
+// resendAll resends every recorded request with its request id: each gets
+// its original reply (ResumeActor: a success) and nothing is appended.
+func (u *upgraded) resendAll(t *testing.T) {
+	ctx := context.Background()
+	seq, err := u.store.LastSeq(ctx)
+	require.NoError(t, err)
+	for _, s := range u.m.Steps {
+		reply, err := u.send(s)
+		require.NoError(t, err, "step %d %s on %s, request %q", s.N, s.Op, s.Scope, s.RequestID)
+		got, err := ReplyOf(reply)
+		require.NoError(t, err)
+		if s.Op != "ResumeActor" { // the writing release answered a repeat with the current state
+			assert.Equal(t, s.Reply, got, "step %d %s on %s, request %q", s.N, s.Op, s.Scope, s.RequestID)
+		}
+		now, err := u.store.LastSeq(ctx)
+		require.NoError(t, err)
+		require.Equal(t, seq, now, "step %d %s on %s: a resend appended", s.N, s.Op, s.Scope)
+	}
+}
+
+// start opens the copy and serves it with the fixture's keys, its clock
+// running from just after the fixture's last reading (and on from where
+// it stopped at a restart).
+func (u *upgraded) start() {
+	var err error
+	u.store, err = eventstore.Open(filepath.Join(u.data, dbFile), nil)
+	require.NoError(u.t, err)
+	cfg := actors.DefaultConfig()
+	cfg.TokenKey, cfg.SigningKey = u.keys.token, u.keys.signing
+	cfg.Shards = u.m.Shards
+	cfg.SnapshotEvery = 1 // the new release snapshots the old scopes at their next write
+	if u.clock == nil {
+		u.clock = newClock(u.m.ClockEnd+int64(time.Minute), time.Millisecond)
+	}
+	cfg.Clock = u.clock.Now
+	cfg.Logger = quietLogger()
+	u.sys = quietSystem()
+	u.srv, err = actors.Start(u.sys, u.store, cfg)
+	require.NoError(u.t, err)
+	u.c = u.srv.Client()
+	u.t.Cleanup(func() {
+		if u.srv != nil {
+			u.stop()
+		}
+	})
+}
+
+func (u *upgraded) stop() {
+	u.srv.Stop()
+	u.sys.Shutdown()
+	u.srv, u.sys, u.c = nil, nil, nil
+	require.NoError(u.t, u.store.Close())
+}
+
+// verify runs stateindex verify's checks on the copy with the fixture's
+// public key.
+func (u *upgraded) verify(when string) {
+	u.t.Helper()
+	var problems []string
+	sum, err := verify.File(context.Background(), filepath.Join(u.data, dbFile),
+		verify.Options{PublicKey: u.keys.public, LockTimeout: time.Second},
+		func(p verify.Problem) { problems = append(problems, p.String()) })
+	require.NoError(u.t, err, when)
+	require.Empty(u.t, problems, when)
+	require.Zero(u.t, sum.Problems, when)
+	u.t.Logf("verify %s: %d streams, %d records, %d snapshots equal to their replay, %d signatures verified",
+		when, sum.Streams, sum.Records, sum.Snapshots, sum.SignaturesVerified)
+	require.GreaterOrEqual(u.t, sum.Streams, int64(len(u.m.Scopes)), when)
+	require.NotZero(u.t, sum.SignaturesVerified, "%s: the fixture's checkpoints are signed", when)
+}
+
+func (u *upgraded) send(s Step) (messages.Reply, error) {
+	u.t.Helper()
+	req, err := Build(s)
+	require.NoError(u.t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return Send(ctx, u.c, req)
+}
+
+// version reads a scope's version.
+func (u *upgraded) version(scope string) int64 {
+	u.t.Helper()
+	reply, err := u.send(Step{Op: "ResumeActor", Scope: scope})
+	require.NoError(u.t, err, scope)
+	got, err := ReplyOf(reply)
+	require.NoError(u.t, err)
+	return got.Version
+}

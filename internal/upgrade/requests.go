@@ -82,7 +82,7 @@ func Build(s Step) (messages.Request, error) {
 		}
 		return r, nil
 	case "ResumeActor":
-		return &messages.ResumeActor{Scope: s.Scope, RequestID: s.RequestID}, nil
+		return &messages.ResumeActor{Mutation: messages.Mutation{Scope: s.Scope, RequestID: s.RequestID}}, nil
 	case OpGetStack:
 		return &messages.GetStack{Scope: s.Scope, FrameID: s.FrameID}, nil
 	}

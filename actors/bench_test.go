@@ -30,15 +30,15 @@ func BenchmarkAssemble(b *testing.B) {
 			require.NoError(b, err)
 			defer srv.Stop()
 			c := srv.Client()
-			p, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("bench"), Goal: "answer the question", Budget: budget.TokenBudget{Total: 1 << 30}})
+			p, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut("bench"), Goal: "answer the question", Budget: budget.TokenBudget{Total: 1 << 30}})
 			require.NoError(b, err)
 			prios := []compaction.Priority{compaction.High, compaction.Medium, compaction.Medium, compaction.Low, compaction.Background}
 			for i := 0; i < n; i++ {
 				content := benchContent(i) // ~800 bytes, ~200 tokens
-				_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut("bench"), FrameID: p.FrameID, Priority: prios[i%len(prios)], Content: content})
+				_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("bench"), FrameID: p.FrameID, Priority: prios[i%len(prios)], Content: content})
 				require.NoError(b, err)
 			}
-			req := &messages.AssembleContextPack{Scope: "bench", FrameID: p.FrameID, BudgetTokens: 8000}
+			req := &messages.AssembleContextPack{Header: messages.Header{Scope: "bench"}, FrameID: p.FrameID, BudgetTokens: 8000}
 			lat := make([]time.Duration, 0, b.N)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -90,7 +90,7 @@ func BenchmarkDurable(b *testing.B) {
 			c := srv.Client()
 			roots := make([]string, n)
 			for i := range roots {
-				p, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(fmt.Sprintf("d%d", i)), Goal: "g", Budget: budget.TokenBudget{Total: 1 << 40}})
+				p, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(fmt.Sprintf("d%d", i)), Goal: "g", Budget: budget.TokenBudget{Total: 1 << 40}})
 				require.NoError(b, err)
 				roots[i] = p.FrameID
 			}
@@ -104,7 +104,7 @@ func BenchmarkDurable(b *testing.B) {
 					defer wg.Done()
 					scope := fmt.Sprintf("d%d", i)
 					for next.Add(1) <= int64(b.N) {
-						if _, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(scope), FrameID: roots[i], Priority: compaction.Low, Content: content}); err != nil {
+						if _, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(scope), FrameID: roots[i], Priority: compaction.Low, Content: content}); err != nil {
 							b.Error(err)
 							return
 						}

@@ -118,7 +118,7 @@ func TestStartMemberRefusesAStandaloneFileWithScopesHomedElsewhere(t *testing.T)
 			foreign = s
 		}
 	}
-	_, err = srv.Client().PushFrame(ctx, &messages.PushFrame{Mutation: mut(foreign), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
+	_, err = srv.Client().PushFrame(ctx, &messages.PushFrame{Header: mut(foreign), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
 	require.NoError(t, err)
 	srv.Stop()
 	_, err = actors.StartMember(sys, st, cfg, actors.ClusterConfig{Name: "c", Members: members}, members[0])
@@ -147,7 +147,7 @@ func TestScopeActivatedTwiceNeverForks(t *testing.T) {
 		clients = append(clients, srv.Client())
 	}
 	const scope = "twice"
-	root, err := clients[0].PushFrame(ctx, &messages.PushFrame{Mutation: messages.Mutation{Scope: scope, RequestID: "root"}, Goal: "g",
+	root, err := clients[0].PushFrame(ctx, &messages.PushFrame{Header: messages.Header{Scope: scope, RequestID: "root"}, Goal: "g",
 		Budget: budget.TokenBudget{Total: 1 << 30}})
 	require.NoError(t, err)
 
@@ -159,7 +159,7 @@ func TestScopeActivatedTwiceNeverForks(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < perWriter; i++ {
-				req := &messages.AddContextHandle{Mutation: messages.Mutation{Scope: scope, RequestID: fmt.Sprintf("w%d-%d", w, i)},
+				req := &messages.AddContextHandle{Header: messages.Header{Scope: scope, RequestID: fmt.Sprintf("w%d-%d", w, i)},
 					FrameID: root.FrameID, HandleID: fmt.Sprintf("h-w%d-%d", w, i), Priority: compaction.Medium, Content: "fact"}
 				for attempt := 0; ; attempt++ {
 					// Alternate activations, and retry the same request on the
@@ -199,7 +199,7 @@ func TestScopeActivatedTwiceNeverForks(t *testing.T) {
 	// A stale activation catches up at its next write: the conflict drops
 	// its cached state, and the retry applies on the current history.
 	for i, c := range clients {
-		req := &messages.AddContextHandle{Mutation: messages.Mutation{Scope: scope, RequestID: fmt.Sprintf("last-%d", i)},
+		req := &messages.AddContextHandle{Header: messages.Header{Scope: scope, RequestID: fmt.Sprintf("last-%d", i)},
 			FrameID: root.FrameID, Priority: compaction.Medium, Content: "last"}
 		_, err := c.AddContextHandle(ctx, req)
 		if errors.Is(err, actors.ErrVersionConflict) {

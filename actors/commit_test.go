@@ -64,19 +64,19 @@ func TestNoReplyBeforeCommitReturns(t *testing.T) {
 	}
 	pushed := make(chan result, 1)
 	go func() {
-		r, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(a), Goal: "held", Budget: budget.TokenBudget{Total: 5}})
+		r, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(a), Goal: "held", Budget: budget.TokenBudget{Total: 5}})
 		pushed <- result{r, err, hs.returned.Load()}
 	}()
 	<-hs.entered // the events are committed; Append has not returned
 
 	read := make(chan result, 1)
 	go func() {
-		_, err := c.GetStack(ctx, &messages.GetStack{Scope: a})
+		_, err := c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: a}})
 		read <- result{err: err, afterCommit: hs.returned.Load()}
 	}()
 
 	// Another shard keeps serving while this one waits on its commit.
-	_, err = c.GetStack(ctx, &messages.GetStack{Scope: b})
+	_, err = c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: b}})
 	require.NoError(t, err)
 	select {
 	case r := <-pushed:

@@ -31,7 +31,7 @@ func TestConcurrentScopesAndWriters(t *testing.T) {
 			defer wg.Done()
 			scope, root := fmt.Sprintf("s%d", i%scopes), roots[i%scopes]
 			for j := 0; j < perWriter; j++ {
-				r, err := e.c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(scope), FrameID: root,
+				r, err := e.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(scope), FrameID: root,
 					HandleID: fmt.Sprintf("w%d-%d", i, j), Priority: compaction.Medium, Content: "x"})
 				if !assert.NoError(t, err) {
 					return

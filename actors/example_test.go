@@ -28,8 +28,8 @@ func Example() {
 	srv, _ := actors.Start(actor.NewActorSystem(), store, cfg)
 	defer srv.Stop()
 	si := srv.Client()
-	f, _ := si.PushFrame(ctx, &messages.PushFrame{Mutation: messages.Mutation{Scope: "agent-1"}, Goal: "write the report", Budget: budget.TokenBudget{Total: 8000}})
-	pack, _ := si.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: "agent-1", FrameID: f.FrameID, BudgetTokens: 4000})
+	f, _ := si.PushFrame(ctx, &messages.PushFrame{Header: messages.Header{Scope: "agent-1"}, Goal: "write the report", Budget: budget.TokenBudget{Total: 8000}})
+	pack, _ := si.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: "agent-1"}, FrameID: f.FrameID, BudgetTokens: 4000})
 
 	fmt.Println(pack.BriefContext)
 	fmt.Println(pack.TokenSummary.Used <= 4000, pack.TokenSummary.CompactionLevel)

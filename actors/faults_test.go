@@ -88,7 +88,7 @@ func (e *faultEnv) durable(scope string) (int64, int) {
 
 func (e *faultEnv) stack(scope string) *messages.GetStackReply {
 	e.t.Helper()
-	g, err := e.c.GetStack(ctx, &messages.GetStack{Scope: scope})
+	g, err := e.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: scope}})
 	require.NoError(e.t, err, "reads keep being served")
 	return g
 }
@@ -106,7 +106,7 @@ func TestWriteErrorBeforeCommit(t *testing.T) {
 			before := e.stack("a")
 
 			e.faulty.Inject(storetest.Fault{Kind: kind, Stream: "a"})
-			req := &messages.PushFrame{Mutation: mut("a"), ParentID: root, Goal: "child", Budget: budget.TokenBudget{Total: 10}}
+			req := &messages.PushFrame{Header: mut("a"), ParentID: root, Goal: "child", Budget: budget.TokenBudget{Total: 10}}
 			_, err := e.c.PushFrame(ctx, req)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "before its commit (nothing written)")
@@ -139,14 +139,14 @@ func TestWriteRetriedBeforeCommit(t *testing.T) {
 
 	e.faulty.Inject(storetest.Fault{Kind: storetest.DiskFull, Stream: "a", Times: 2})
 	before := e.faulty.Attempts()
-	_, err := e.c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut("a"), FrameID: root, Priority: compaction.Low, Content: "x"})
+	_, err := e.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("a"), FrameID: root, Priority: compaction.Low, Content: "x"})
 	require.NoError(t, err, "the third attempt succeeds")
 	assert.Equal(t, before+3, e.faulty.Attempts())
 	assert.Equal(t, []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, e.waits)
 
 	e.faulty.Inject(storetest.Fault{Kind: storetest.WriteError, Stream: "a", Times: 3})
 	v0, _ := e.durable("a")
-	_, err = e.c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut("a"), FrameID: root, Priority: compaction.Low, Content: "y"})
+	_, err = e.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("a"), FrameID: root, Priority: compaction.Low, Content: "y"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "gave up after 3 attempts")
 	v1, _ := e.durable("a")
@@ -167,7 +167,7 @@ func TestFsyncFailureDisablesWritesUntilReopen(t *testing.T) {
 
 	e.faulty.Inject(storetest.Fault{Kind: storetest.SyncError, Stream: "a"})
 	attempts := e.faulty.Attempts()
-	req := &messages.RecordUsage{Mutation: mut("a"), FrameID: root, Cost: budget.Cost{InputTokens: 7, Turns: 1}}
+	req := &messages.RecordUsage{Header: mut("a"), FrameID: root, Cost: budget.Cost{InputTokens: 7, Turns: 1}}
 	_, err := e.c.RecordUsage(ctx, req)
 	require.ErrorIs(t, err, actors.ErrStoreFailed)
 	assert.Contains(t, err.Error(), "writes are disabled until the store is reopened")
@@ -178,12 +178,12 @@ func TestFsyncFailureDisablesWritesUntilReopen(t *testing.T) {
 	assert.Equal(t, beforeA.Version, v)
 
 	for _, s := range []string{"a", "b"} {
-		_, err = e.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), Goal: "more"})
+		_, err = e.c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "more"})
 		require.ErrorIs(t, err, actors.ErrStoreFailed, "scope %s: writes refused", s)
 		assert.Contains(t, err.Error(), "writes disabled until the store is reopened")
 	}
 	assert.Equal(t, beforeB, e.stack("b"), "other scopes keep serving reads")
-	_, err = e.c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: "a", FrameID: root, BudgetTokens: 1000})
+	_, err = e.c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: "a"}, FrameID: root, BudgetTokens: 1000})
 	require.NoError(t, err)
 
 	e.reopen()
@@ -192,7 +192,7 @@ func TestFsyncFailureDisablesWritesUntilReopen(t *testing.T) {
 	again, err := e.c.RecordUsage(ctx, req)
 	require.NoError(t, err)
 	assert.Equal(t, r, again, "once")
-	g, err := e.c.GetFrame(ctx, &messages.GetFrame{Scope: "a", FrameID: root})
+	g, err := e.c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "a"}, FrameID: root})
 	require.NoError(t, err)
 	assert.Equal(t, int64(7), g.Frame.Cost.InputTokens)
 }
@@ -205,11 +205,11 @@ func TestFsyncFailureAfterWriteResolvedByReopen(t *testing.T) {
 	e := newFaultEnv(t, false)
 	root := push(t, e.c, "a", "", 1000)
 	e.faulty.Inject(storetest.Fault{Kind: storetest.SyncErrorAfterWrite, Stream: "a"})
-	req := &messages.AddResult{Mutation: mut("a"), FrameID: root, Kind: "file", Ref: "/out/report.md"}
+	req := &messages.AddResult{Header: mut("a"), FrameID: root, Kind: "file", Ref: "/out/report.md"}
 	_, err := e.c.AddResult(ctx, req)
 	require.ErrorIs(t, err, actors.ErrStoreFailed)
 	assert.Contains(t, err.Error(), "whether these events were written is unknown")
-	_, err = e.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("b"), Goal: "g"})
+	_, err = e.c.PushFrame(ctx, &messages.PushFrame{Header: mut("b"), Goal: "g"})
 	require.ErrorIs(t, err, actors.ErrStoreFailed, "writes refused until the reopen")
 
 	e.reopen()
@@ -220,7 +220,7 @@ func TestFsyncFailureAfterWriteResolvedByReopen(t *testing.T) {
 	assert.Equal(t, int64(2), r.Version, "the original reply: nothing appended again")
 	v, _ = e.durable("a")
 	assert.Equal(t, int64(2), v)
-	g, err := e.c.GetFrame(ctx, &messages.GetFrame{Scope: "a", FrameID: root})
+	g, err := e.c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "a"}, FrameID: root})
 	require.NoError(t, err)
 	assert.Len(t, g.Frame.Results, 1)
 }
@@ -232,14 +232,14 @@ func TestSnapshotWriteFailureIsHarmless(t *testing.T) {
 	e.faulty.Inject(storetest.Fault{Kind: storetest.DiskFull, Op: storetest.Snapshots, Times: 1000})
 	root := push(t, e.c, "a", "", 100_000)
 	for i := range 1100 { // past SnapshotEvery (1000)
-		_, err := e.c.RecordUsage(ctx, &messages.RecordUsage{Mutation: mut("a"), FrameID: root, Cost: budget.Cost{InputTokens: int64(i%5 + 1)}})
+		_, err := e.c.RecordUsage(ctx, &messages.RecordUsage{Header: mut("a"), FrameID: root, Cost: budget.Cost{InputTokens: int64(i%5 + 1)}})
 		require.NoError(t, err)
 	}
 	e.reopen()
 	_, ok, err := e.bolt.LoadSnapshot(ctx, "a")
 	require.NoError(t, err)
 	assert.False(t, ok, "no snapshot was written")
-	g, err := e.c.GetFrame(ctx, &messages.GetFrame{Scope: "a", FrameID: root})
+	g, err := e.c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "a"}, FrameID: root})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1101), g.Version, "recovery replayed the whole log")
 }

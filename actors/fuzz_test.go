@@ -73,14 +73,14 @@ func newFuzzServer(tb testing.TB) *fuzzServer {
 		tb.Fatal(err)
 	}
 	s := &fuzzServer{h: h}
-	m := func(id string) messages.Mutation { return messages.Mutation{Scope: "s", RequestID: id} }
+	m := func(id string) messages.Header { return messages.Header{Scope: "s", RequestID: id} }
 	for _, req := range []messages.Request{
-		&messages.PushFrame{Mutation: m("r1"), Goal: "root", Budget: budget.TokenBudget{Total: 10000}, Limits: budget.Limits{Turns: 3}},
-		&messages.PushFrame{Mutation: m("r2"), ParentID: "id1", Goal: "child", Budget: budget.TokenBudget{Total: 1000}},
-		&messages.AddContextHandle{Mutation: m("r3"), FrameID: "id2", Priority: compaction.High, Content: "some context"},
-		&messages.StartToolCall{Mutation: m("r4"), FrameID: "id2", CallID: "call1", Name: "search"},
-		&messages.PushFrame{Mutation: m("r5"), Goal: "other root", Budget: budget.TokenBudget{Total: 100}},
-		&messages.SuspendFrame{Mutation: m("r6"), FrameID: "id4", Reason: frames.SuspendApproval},
+		&messages.PushFrame{Header: m("r1"), Goal: "root", Budget: budget.TokenBudget{Total: 10000}, Limits: budget.Limits{Turns: 3}},
+		&messages.PushFrame{Header: m("r2"), ParentID: "id1", Goal: "child", Budget: budget.TokenBudget{Total: 1000}},
+		&messages.AddContextHandle{Header: m("r3"), FrameID: "id2", Priority: compaction.High, Content: "some context"},
+		&messages.StartToolCall{Header: m("r4"), FrameID: "id2", CallID: "call1", Name: "search"},
+		&messages.PushFrame{Header: m("r5"), Goal: "other root", Budget: budget.TokenBudget{Total: 100}},
+		&messages.SuspendFrame{Header: m("r6"), FrameID: "id4", Reason: frames.SuspendApproval},
 	} {
 		r := s.do(req)
 		if r.Failure() != nil {
@@ -123,24 +123,24 @@ func (s *fuzzServer) version(scope string) int64 {
 // the same reply and writes nothing.
 func FuzzWireRequest(f *testing.F) {
 	seed := newFuzzServer(f)
-	m := func(id string) messages.Mutation { return messages.Mutation{Scope: "s", RequestID: id} }
+	m := func(id string) messages.Header { return messages.Header{Scope: "s", RequestID: id} }
 	goal := "new goal"
 	for _, req := range []any{
-		&messages.PushFrame{Mutation: m("q1"), ParentID: "id1", Goal: "g", Budget: budget.TokenBudget{Total: 10}},
-		&messages.PopFrame{Mutation: m("q2"), FrameID: "id2", Status: frames.StatusCompleted, Cascade: true},
-		&messages.UpdateFrame{Mutation: m("q3"), FrameID: "id1", Goal: &goal, ReserveDelta: 5},
-		&messages.AddContextHandle{Mutation: m("q4"), FrameID: "id1", Priority: compaction.Low, Content: "x"},
-		&messages.AddResult{Mutation: m("q5"), FrameID: "id2", Kind: "file", Ref: "/x"},
-		&messages.RecordUsage{Mutation: m("q6"), FrameID: "id1", Cost: budget.Cost{Turns: 5}},
-		&messages.StartToolCall{Mutation: m("q7"), FrameID: "id1", Name: "t"},
-		&messages.FinishToolCall{Mutation: m("q8"), FrameID: "id2", CallID: "call1", Output: "out"},
-		&messages.SuspendFrame{Mutation: m("q9"), FrameID: "id2", Reason: frames.SuspendError},
-		&messages.ResumeFrame{Mutation: m("q10"), Token: seed.tok},
-		&messages.CompactContext{Mutation: m("q11"), FrameID: "id2", Strategy: messages.Strategy{Kind: messages.StrategySummarizeOldest}},
-		&messages.ResumeActor{Mutation: messages.Mutation{Scope: "s", RequestID: "q12"}},
-		&messages.AssembleContextPack{Scope: "s", FrameID: "id2", BudgetTokens: 600, IncludeHandles: []string{"id3"}},
-		&messages.GetFrame{Scope: "s", FrameID: "id2", WithHandles: true},
-		&messages.GetStack{Scope: "s"},
+		&messages.PushFrame{Header: m("q1"), ParentID: "id1", Goal: "g", Budget: budget.TokenBudget{Total: 10}},
+		&messages.PopFrame{Header: m("q2"), FrameID: "id2", Status: frames.StatusCompleted, Cascade: true},
+		&messages.UpdateFrame{Header: m("q3"), FrameID: "id1", Goal: &goal, ReserveDelta: 5},
+		&messages.AddContextHandle{Header: m("q4"), FrameID: "id1", Priority: compaction.Low, Content: "x"},
+		&messages.AddResult{Header: m("q5"), FrameID: "id2", Kind: "file", Ref: "/x"},
+		&messages.RecordUsage{Header: m("q6"), FrameID: "id1", Cost: budget.Cost{Turns: 5}},
+		&messages.StartToolCall{Header: m("q7"), FrameID: "id1", Name: "t"},
+		&messages.FinishToolCall{Header: m("q8"), FrameID: "id2", CallID: "call1", Output: "out"},
+		&messages.SuspendFrame{Header: m("q9"), FrameID: "id2", Reason: frames.SuspendError},
+		&messages.ResumeFrame{Header: m("q10"), Token: seed.tok},
+		&messages.CompactContext{Header: m("q11"), FrameID: "id2", Strategy: messages.Strategy{Kind: messages.StrategySummarizeOldest}},
+		&messages.ResumeActor{Header: messages.Header{Scope: "s", RequestID: "q12"}},
+		&messages.AssembleContextPack{Header: messages.Header{Scope: "s"}, FrameID: "id2", BudgetTokens: 600, IncludeHandles: []string{"id3"}},
+		&messages.GetFrame{Header: messages.Header{Scope: "s"}, FrameID: "id2", WithHandles: true},
+		&messages.GetStack{Header: messages.Header{Scope: "s"}},
 	} {
 		msg, err := wire.Encode(req, 0)
 		if err != nil {

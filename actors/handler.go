@@ -107,6 +107,12 @@ func (h *handler) handle(req messages.Request) (out outcome) {
 	if err := frames.ValidateScope(req.ScopeName(), h.cfg.Frames.MaxScopeBytes); err != nil {
 		return replied(failure(req, toWire(err)))
 	}
+	if _, mutating := req.(messages.MutatingRequest); !mutating {
+		if hd := req.Head(); hd.RequestID != "" || hd.IfVersion != nil || hd.Reason != 0 {
+			return replied(failure(req, messages.Errorf(messages.CodeInvalidArgument,
+				"%T changes nothing: it takes no request id, version guard or checkpoint reason", req)))
+		}
+	}
 	if _, ok := h.cache.Get(req.ScopeName()); !ok {
 		return outcome{job: h.loadJob(req)}
 	}

@@ -85,38 +85,38 @@ func TestHostileInputCatalogue(t *testing.T) {
 	d2 := push(t, c, s, child, 10)
 	d3 := push(t, c, s, d2, 1)
 	d3b := push(t, c, s, d2, 0)
-	shallow, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), Goal: "shallow", Budget: budget.TokenBudget{Total: 100, MaxSubframeDepth: 1}})
+	shallow, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "shallow", Budget: budget.TokenBudget{Total: 100, MaxSubframeDepth: 1}})
 	require.NoError(t, err)
 	shallowChild := push(t, c, s, shallow.FrameID, 10)
-	call, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: root, Name: "search"})
+	call, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(s), FrameID: root, Name: "search"})
 	require.NoError(t, err)
-	done, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: root, Name: "search"})
+	done, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(s), FrameID: root, Name: "search"})
 	require.NoError(t, err)
-	_, err = c.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: mut(s), FrameID: root, CallID: done.CallID, Output: "ok"})
+	_, err = c.FinishToolCall(ctx, &messages.FinishToolCall{Header: mut(s), FrameID: root, CallID: done.CallID, Output: "ok"})
 	require.NoError(t, err)
 	otherRoot := push(t, c, "other-scope", "", 10)
 
 	// Tokens: one used, one live, one of another scope, one of a frame
 	// since popped, one signed by another server for a frame of this scope.
-	tok, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: d3, Reason: frames.SuspendApproval, TTLMillis: 60_000})
+	tok, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: d3, Reason: frames.SuspendApproval, TTLMillis: 60_000})
 	require.NoError(t, err)
-	_, err = c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: tok.Token})
+	_, err = c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: tok.Token})
 	require.NoError(t, err)
-	live, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: d3, Reason: frames.SuspendApproval, TTLMillis: 60_000})
+	live, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: d3, Reason: frames.SuspendApproval, TTLMillis: 60_000})
 	require.NoError(t, err)
-	otherTok, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut("other-scope"), FrameID: otherRoot, Reason: frames.SuspendApproval})
+	otherTok, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut("other-scope"), FrameID: otherRoot, Reason: frames.SuspendApproval})
 	require.NoError(t, err)
 	gone := push(t, c, s, "", 10)
-	goneTok, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: gone, Reason: frames.SuspendApproval})
+	goneTok, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: gone, Reason: frames.SuspendApproval})
 	require.NoError(t, err)
-	_, err = c.PopFrame(ctx, &messages.PopFrame{Mutation: mut(s), FrameID: gone, Status: frames.StatusCancelled})
+	_, err = c.PopFrame(ctx, &messages.PopFrame{Header: mut(s), FrameID: gone, Status: frames.StatusCancelled})
 	require.NoError(t, err)
 
 	e2 := newEnv(t, func(c *actors.Config) { c.TokenKey = []byte("another server's key, 32+ bytes!!") })
 	var foreign string
 	{
 		r := push(t, e2.c, s, "", 1)
-		ft, err := e2.c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: r, Reason: frames.SuspendApproval})
+		ft, err := e2.c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: r, Reason: frames.SuspendApproval})
 		require.NoError(t, err)
 		foreign = ft.Token
 	}
@@ -150,7 +150,7 @@ func TestHostileInputCatalogue(t *testing.T) {
 	truncated := filepath.Join(t.TempDir(), "truncated.db")
 	require.NoError(t, os.WriteFile(truncated, clean[:len(clean)/3], 0o600))
 
-	_, err = c.PushFrame(ctx, &messages.PushFrame{Mutation: messages.Mutation{Scope: s, RequestID: "reused"}, Goal: "a"})
+	_, err = c.PushFrame(ctx, &messages.PushFrame{Header: messages.Header{Scope: s, RequestID: "reused"}, Goal: "a"})
 	require.NoError(t, err)
 	stale := int64(1)
 	negative := int64(-1)
@@ -171,503 +171,503 @@ func TestHostileInputCatalogue(t *testing.T) {
 		want error
 		env  *env // default e
 	}
-	m := func(id string) messages.Mutation { return messages.Mutation{Scope: s, RequestID: id} }
+	m := func(id string) messages.Header { return messages.Header{Scope: s, RequestID: id} }
 	cases := []tc{
 		// Scopes: the rule ^[A-Za-z0-9._:-]{1,128}$, NUL and invalid UTF-8.
-		{"scope with a space", func() error { _, err := c.GetStack(ctx, &messages.GetStack{Scope: "no spaces"}); return err }, actors.ErrInvalidScope, nil},
+		{"scope with a space", func() error { _, err := c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "no spaces"}}); return err }, actors.ErrInvalidScope, nil},
 		{"empty scope", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(""), Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(""), Goal: "g"})
 			return err
 		}, actors.ErrInvalidScope, nil},
 		{"scope with NUL", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("a\x00b"), Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut("a\x00b"), Goal: "g"})
 			return err
 		}, actors.ErrInvalidScope, nil},
 		{"scope of invalid UTF-8", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("a\xff\xfe"), Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut("a\xff\xfe"), Goal: "g"})
 			return err
 		}, actors.ErrInvalidScope, nil},
 		{"scope with a path", func() error {
-			_, err := c.GetFrame(ctx, &messages.GetFrame{Scope: "../other-scope", FrameID: otherRoot})
+			_, err := c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "../other-scope"}, FrameID: otherRoot})
 			return err
 		}, actors.ErrInvalidScope, nil},
 		{"scope too long", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(strings.Repeat("s", 129)), Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(strings.Repeat("s", 129)), Goal: "g"})
 			return err
 		}, actors.ErrInvalidScope, nil},
 		{"resume actor on a NUL scope", func() error {
-			_, err := c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "\x00"}})
+			_, err := c.ResumeActor(ctx, &messages.ResumeActor{Header: messages.Header{Scope: "\x00"}})
 			return err
 		}, actors.ErrInvalidScope, nil},
 
 		// Ids: printable ASCII, at most 64 bytes; NUL, invalid UTF-8.
 		{"frame id with NUL", func() error {
-			_, err := c.GetFrame(ctx, &messages.GetFrame{Scope: s, FrameID: root + "\x00"})
+			_, err := c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: s}, FrameID: root + "\x00"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"frame id of invalid UTF-8", func() error {
-			_, err := c.AddResult(ctx, &messages.AddResult{Mutation: mut(s), FrameID: "\xc3\x28", Kind: "k", Ref: "r"})
+			_, err := c.AddResult(ctx, &messages.AddResult{Header: mut(s), FrameID: "\xc3\x28", Kind: "k", Ref: "r"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
-		{"frame id too long", func() error { _, err := c.GetStack(ctx, &messages.GetStack{Scope: s, FrameID: longID}); return err }, actors.ErrInvalidArgument, nil},
+		{"frame id too long", func() error { _, err := c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: s}, FrameID: longID}); return err }, actors.ErrInvalidArgument, nil},
 		{"parent id with NUL", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), ParentID: "p\x00", Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), ParentID: "p\x00", Goal: "g"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"handle id with NUL", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: root, HandleID: "h\x00", Priority: compaction.Low})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: root, HandleID: "h\x00", Priority: compaction.Low})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"handle id of invalid UTF-8", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: root, HandleID: "\xff", Priority: compaction.Low})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: root, HandleID: "\xff", Priority: compaction.Low})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"tool call id with NUL", func() error {
-			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: root, CallID: "c\x00", Name: "t"})
+			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(s), FrameID: root, CallID: "c\x00", Name: "t"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"result id too long", func() error {
-			_, err := c.AddResult(ctx, &messages.AddResult{Mutation: mut(s), FrameID: root, ResultID: longID, Kind: "k", Ref: "r"})
+			_, err := c.AddResult(ctx, &messages.AddResult{Header: mut(s), FrameID: root, ResultID: longID, Kind: "k", Ref: "r"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"request id with NUL", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m("a\x00"), Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: m("a\x00"), Goal: "g"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"request id of invalid UTF-8", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m("\xe2\x28\xa1"), Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: m("\xe2\x28\xa1"), Goal: "g"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"request id too long", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m(longID), Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: m(longID), Goal: "g"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"resume actor with a NUL request id", func() error {
-			_, err := c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: s, RequestID: "\x00"}})
+			_, err := c.ResumeActor(ctx, &messages.ResumeActor{Header: messages.Header{Scope: s, RequestID: "\x00"}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 
 		// Text fields: NUL, invalid UTF-8, over their limits.
 		{"content with NUL", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: root, Priority: compaction.Low, Content: "a\x00b"})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: root, Priority: compaction.Low, Content: "a\x00b"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"content of invalid UTF-8", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: root, Priority: compaction.Low, Content: "\xc3\x28"})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: root, Priority: compaction.Low, Content: "\xc3\x28"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"goal of invalid UTF-8", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), Goal: "\xff"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "\xff"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"updated goal of invalid UTF-8", func() error {
-			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Mutation: mut(s), FrameID: root, Goal: &badGoal})
+			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut(s), FrameID: root, Goal: &badGoal})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"handle kind with NUL", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: root, Kind: "k\x00", Priority: compaction.Low})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: root, Kind: "k\x00", Priority: compaction.Low})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"tool name of invalid UTF-8", func() error {
-			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: root, Name: "\xff"})
+			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(s), FrameID: root, Name: "\xff"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"empty tool name", func() error {
-			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: root})
+			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(s), FrameID: root})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"result ref with NUL", func() error {
-			_, err := c.AddResult(ctx, &messages.AddResult{Mutation: mut(s), FrameID: root, Kind: "k", Ref: "/etc/\x00"})
+			_, err := c.AddResult(ctx, &messages.AddResult{Header: mut(s), FrameID: root, Kind: "k", Ref: "/etc/\x00"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"suspension note of invalid UTF-8", func() error {
-			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: root, Reason: frames.SuspendApproval, Note: "\xff"})
+			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: root, Reason: frames.SuspendApproval, Note: "\xff"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"oversized goal", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), Goal: strings.Repeat("g", 5000)})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: strings.Repeat("g", 5000)})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"content one byte over the configured limit", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: root, Priority: compaction.Low, Content: strings.Repeat("x", maxContent+1)})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: root, Priority: compaction.Low, Content: strings.Repeat("x", maxContent+1)})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"content over the default limit", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: root, Priority: compaction.Low, Content: strings.Repeat("x", 257<<10)})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: root, Priority: compaction.Low, Content: strings.Repeat("x", 257<<10)})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"tool output over the configured limit", func() error {
-			_, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: mut(s), FrameID: root, CallID: call.CallID, Output: strings.Repeat("o", maxContent+1)})
+			_, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Header: mut(s), FrameID: root, CallID: call.CallID, Output: strings.Repeat("o", maxContent+1)})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"tool call text over the configured limit", func() error {
-			_, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: mut(s), FrameID: root, CallID: call.CallID, Call: strings.Repeat("c", maxContent+1)})
+			_, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Header: mut(s), FrameID: root, CallID: call.CallID, Call: strings.Repeat("c", maxContent+1)})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"result summary over the configured limit", func() error {
-			_, err := c.AddResult(ctx, &messages.AddResult{Mutation: mut(s), FrameID: root, Kind: "k", Ref: "r", Summary: strings.Repeat("s", maxContent+1)})
+			_, err := c.AddResult(ctx, &messages.AddResult{Header: mut(s), FrameID: root, Kind: "k", Ref: "r", Summary: strings.Repeat("s", maxContent+1)})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"oversized handle kind", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: root, Kind: bigName, Priority: compaction.Low})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: root, Kind: bigName, Priority: compaction.Low})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"oversized tool name", func() error {
-			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: root, Name: bigName})
+			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(s), FrameID: root, Name: bigName})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"oversized suspension note", func() error {
-			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: root, Reason: frames.SuspendApproval, Note: bigName})
+			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: root, Reason: frames.SuspendApproval, Note: bigName})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"oversized pack role", func() error {
-			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s, FrameID: root, BudgetTokens: 5000, Role: bigName})
+			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: root, BudgetTokens: 5000, Role: bigName})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"oversized context hash", func() error {
-			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Mutation: mut(s), FrameID: root, ContextHash: &hash})
+			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut(s), FrameID: root, ContextHash: &hash})
 			return err
 		}, actors.ErrTooLarge, nil},
 
 		// Opaque inputs: huge maps, oversized bytes.
 		{"huge map in push inputs", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), Goal: "g", Inputs: hugeMap(t, 10_000)})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "g", Inputs: hugeMap(t, 10_000)})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"huge map in updated inputs", func() error {
-			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Mutation: mut(s), FrameID: root, SetInputs: true, Inputs: hugeMap(t, 10_000)})
+			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut(s), FrameID: root, SetInputs: true, Inputs: hugeMap(t, 10_000)})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"huge map in tool input", func() error {
-			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: root, Name: "t", Input: hugeMap(t, 10_000)})
+			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(s), FrameID: root, Name: "t", Input: hugeMap(t, 10_000)})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"oversized inputs", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), Goal: "g", Inputs: make([]byte, 65<<10)})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "g", Inputs: make([]byte, 65<<10)})
 			return err
 		}, actors.ErrTooLarge, nil},
 		{"inputs without SetInputs", func() error {
-			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Mutation: mut(s), FrameID: root, Inputs: []byte{0x80}})
+			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut(s), FrameID: root, Inputs: []byte{0x80}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"100,000 unknown handles to include", func() error {
-			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s, FrameID: root, BudgetTokens: 5000, IncludeHandles: unknownIDs})
+			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: root, BudgetTokens: 5000, IncludeHandles: unknownIDs})
 			return err
 		}, actors.ErrHandleNotFound, nil},
 
 		// Unknown frames, and frames of another scope: answered exactly as
 		// unknown, for every operation that names a frame.
 		{"unknown frame", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: "ghost", Priority: compaction.Low})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: "ghost", Priority: compaction.Low})
 			return err
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: GetFrame", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.GetFrame(ctx, &messages.GetFrame{Scope: s, FrameID: id, WithHandles: true})
+				_, err := c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: s}, FrameID: id, WithHandles: true})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: GetStack", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.GetStack(ctx, &messages.GetStack{Scope: s, FrameID: id})
+				_, err := c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: s}, FrameID: id})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: AssembleContextPack", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s, FrameID: id, BudgetTokens: 1000})
+				_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: id, BudgetTokens: 1000})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: PushFrame parent", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), ParentID: id, Goal: "g"})
+				_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), ParentID: id, Goal: "g"})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: PopFrame", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.PopFrame(ctx, &messages.PopFrame{Mutation: mut(s), FrameID: id, Status: frames.StatusCompleted})
+				_, err := c.PopFrame(ctx, &messages.PopFrame{Header: mut(s), FrameID: id, Status: frames.StatusCompleted})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: UpdateFrame", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Mutation: mut(s), FrameID: id, Goal: &goalOK})
+				_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut(s), FrameID: id, Goal: &goalOK})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: AddContextHandle", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: id, Priority: compaction.Low})
+				_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: id, Priority: compaction.Low})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: AddResult", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.AddResult(ctx, &messages.AddResult{Mutation: mut(s), FrameID: id, Kind: "k", Ref: "r"})
+				_, err := c.AddResult(ctx, &messages.AddResult{Header: mut(s), FrameID: id, Kind: "k", Ref: "r"})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: RecordUsage", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.RecordUsage(ctx, &messages.RecordUsage{Mutation: mut(s), FrameID: id, Cost: budget.Cost{Turns: 1}})
+				_, err := c.RecordUsage(ctx, &messages.RecordUsage{Header: mut(s), FrameID: id, Cost: budget.Cost{Turns: 1}})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: StartToolCall", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: id, Name: "t"})
+				_, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(s), FrameID: id, Name: "t"})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: FinishToolCall", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: mut(s), FrameID: id, CallID: call.CallID, Output: "o"})
+				_, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Header: mut(s), FrameID: id, CallID: call.CallID, Output: "o"})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: SuspendFrame", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: id, Reason: frames.SuspendApproval})
+				_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: id, Reason: frames.SuspendApproval})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 		{"frame of another scope: CompactContext", func() error {
 			return sameAsUnknown(t, otherRoot, func(id string) error {
-				_, err := c.CompactContext(ctx, &messages.CompactContext{Mutation: mut(s), FrameID: id})
+				_, err := c.CompactContext(ctx, &messages.CompactContext{Header: mut(s), FrameID: id})
 				return err
 			})
 		}, actors.ErrFrameNotFound, nil},
 
 		// Depth: the server's limit, and a parent's own.
 		{"push beyond max depth", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), ParentID: d3b, Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), ParentID: d3b, Goal: "g"})
 			return err
 		}, actors.ErrMaxDepthExceeded, nil},
 		{"push beyond the parent's max subframe depth", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), ParentID: shallowChild, Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), ParentID: shallowChild, Goal: "g"})
 			return err
 		}, actors.ErrMaxDepthExceeded, nil},
 		{"negative max subframe depth", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), Goal: "g", Budget: budget.TokenBudget{Total: 1, MaxSubframeDepth: -1}})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "g", Budget: budget.TokenBudget{Total: 1, MaxSubframeDepth: -1}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 
 		// Budgets and numbers.
 		{"parent cannot allocate", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), ParentID: root, Goal: "g", Budget: budget.TokenBudget{Total: 901}})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), ParentID: root, Goal: "g", Budget: budget.TokenBudget{Total: 901}})
 			return err
 		}, actors.ErrInsufficientTokens, nil},
 		{"reserve more than available", func() error {
-			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Mutation: mut(s), FrameID: root, ReserveDelta: 1 << 40})
+			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut(s), FrameID: root, ReserveDelta: 1 << 40})
 			return err
 		}, actors.ErrInsufficientTokens, nil},
 		{"release more than reserved", func() error {
-			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Mutation: mut(s), FrameID: root, ReserveDelta: -5})
+			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut(s), FrameID: root, ReserveDelta: -5})
 			return err
 		}, actors.ErrInsufficientTokens, nil},
 		{"overflowing reservation", func() error {
-			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Mutation: mut(s), FrameID: root, ReserveDelta: -1 << 63})
+			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut(s), FrameID: root, ReserveDelta: -1 << 63})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"negative budget", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), Goal: "g", Budget: budget.TokenBudget{Total: -5}})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "g", Budget: budget.TokenBudget{Total: -5}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"budget claiming tokens already used", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), Goal: "g", Budget: budget.TokenBudget{Total: 10, Used: 5}})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "g", Budget: budget.TokenBudget{Total: 10, Used: 5}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"negative limits", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(s), Goal: "g", Limits: budget.Limits{Turns: -1}})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "g", Limits: budget.Limits{Turns: -1}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"negative usage", func() error {
-			_, err := c.RecordUsage(ctx, &messages.RecordUsage{Mutation: mut(s), FrameID: root, Cost: budget.Cost{Turns: -1}})
+			_, err := c.RecordUsage(ctx, &messages.RecordUsage{Header: mut(s), FrameID: root, Cost: budget.Cost{Turns: -1}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"overflowing usage", func() error {
-			_, err := c.RecordUsage(ctx, &messages.RecordUsage{Mutation: mut(s), FrameID: root, Cost: budget.Cost{InputTokens: huge, OutputTokens: huge}})
+			_, err := c.RecordUsage(ctx, &messages.RecordUsage{Header: mut(s), FrameID: root, Cost: budget.Cost{InputTokens: huge, OutputTokens: huge}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"usage that records spawns", func() error {
-			_, err := c.RecordUsage(ctx, &messages.RecordUsage{Mutation: mut(s), FrameID: root, Cost: budget.Cost{Spawns: 3}})
+			_, err := c.RecordUsage(ctx, &messages.RecordUsage{Header: mut(s), FrameID: root, Cost: budget.Cost{Spawns: 3}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"empty usage", func() error {
-			_, err := c.RecordUsage(ctx, &messages.RecordUsage{Mutation: mut(s), FrameID: root})
+			_, err := c.RecordUsage(ctx, &messages.RecordUsage{Header: mut(s), FrameID: root})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"negative token TTL", func() error {
-			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: root, Reason: frames.SuspendApproval, TTLMillis: -1})
+			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: root, Reason: frames.SuspendApproval, TTLMillis: -1})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"negative compaction target", func() error {
-			_, err := c.CompactContext(ctx, &messages.CompactContext{Mutation: mut(s), FrameID: root, TargetTokens: -1})
+			_, err := c.CompactContext(ctx, &messages.CompactContext{Header: mut(s), FrameID: root, TargetTokens: -1})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"unknown checkpoint reason", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: messages.Mutation{Scope: s, Reason: 99}, Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: messages.Header{Scope: s, Reason: 99}, Goal: "g"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"pop to a live status", func() error {
-			_, err := c.PopFrame(ctx, &messages.PopFrame{Mutation: mut(s), FrameID: d3b, Status: frames.StatusActive})
+			_, err := c.PopFrame(ctx, &messages.PopFrame{Header: mut(s), FrameID: d3b, Status: frames.StatusActive})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"pop to an unknown status", func() error {
-			_, err := c.PopFrame(ctx, &messages.PopFrame{Mutation: mut(s), FrameID: d3b, Status: 200})
+			_, err := c.PopFrame(ctx, &messages.PopFrame{Header: mut(s), FrameID: d3b, Status: 200})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"unknown suspension reason", func() error {
-			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: root, Reason: "because"})
+			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: root, Reason: "because"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 
 		// Packs.
 		{"pack budget under 500", func() error {
-			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s, FrameID: root, BudgetTokens: 499})
+			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: root, BudgetTokens: 499})
 			return err
 		}, actors.ErrBudgetTooSmall, nil},
 		{"negative pack budget", func() error {
-			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s, FrameID: root, BudgetTokens: -1 << 63})
+			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: root, BudgetTokens: -1 << 63})
 			return err
 		}, actors.ErrBudgetTooSmall, nil},
 		{"critical content over budget", func() error {
-			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s, FrameID: root, BudgetTokens: 600})
+			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: root, BudgetTokens: 600})
 			return err
 		}, actors.ErrCriticalExceedsBudget, nil},
 		{"unknown compaction level", func() error {
-			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s, FrameID: root, BudgetTokens: 5000, MinCompaction: 42})
+			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: root, BudgetTokens: 5000, MinCompaction: 42})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"include unknown handle", func() error {
-			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s, FrameID: root, BudgetTokens: 5000, IncludeHandles: []string{"nope"}})
+			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: root, BudgetTokens: 5000, IncludeHandles: []string{"nope"}})
 			return err
 		}, actors.ErrHandleNotFound, nil},
 
 		// Handles, tools, compaction.
 		{"bad priority", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: root, Priority: 9})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: root, Priority: 9})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"finish an unknown tool call", func() error {
-			_, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: mut(s), FrameID: root, CallID: "never-started", Output: "o"})
+			_, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Header: mut(s), FrameID: root, CallID: "never-started", Output: "o"})
 			return err
 		}, actors.ErrToolCallNotFound, nil},
 		{"finish a tool call twice", func() error {
-			_, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: mut(s), FrameID: root, CallID: done.CallID, Output: "o"})
+			_, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Header: mut(s), FrameID: root, CallID: done.CallID, Output: "o"})
 			return err
 		}, actors.ErrToolCallFinished, nil},
 		{"start a tool call with a used id", func() error {
-			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: root, CallID: call.CallID, Name: "t"})
+			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(s), FrameID: root, CallID: call.CallID, Name: "t"})
 			return err
 		}, actors.ErrDuplicateID, nil},
 		{"unknown strategy", func() error {
-			_, err := c.CompactContext(ctx, &messages.CompactContext{Mutation: mut(s), FrameID: root, Strategy: messages.Strategy{Kind: "magic"}})
+			_, err := c.CompactContext(ctx, &messages.CompactContext{Header: mut(s), FrameID: root, Strategy: messages.Strategy{Kind: "magic"}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"unregistered custom strategy", func() error {
-			_, err := c.CompactContext(ctx, &messages.CompactContext{Mutation: mut(s), FrameID: root, Strategy: messages.Strategy{Kind: messages.StrategyCustom, Custom: "x"}})
+			_, err := c.CompactContext(ctx, &messages.CompactContext{Header: mut(s), FrameID: root, Strategy: messages.Strategy{Kind: messages.StrategyCustom, Custom: "x"}})
 			return err
 		}, actors.ErrInvalidArgument, nil},
 
 		// Frame lifecycle.
 		{"pop with live children", func() error {
-			_, err := c.PopFrame(ctx, &messages.PopFrame{Mutation: mut(s), FrameID: child, Status: frames.StatusCompleted})
+			_, err := c.PopFrame(ctx, &messages.PopFrame{Header: mut(s), FrameID: child, Status: frames.StatusCompleted})
 			return err
 		}, actors.ErrLiveChildren, nil},
 		{"write to a popped frame", func() error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: gone, Priority: compaction.Low})
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: gone, Priority: compaction.Low})
 			return err
 		}, actors.ErrFrameNotLive, nil},
 		{"suspend a suspended frame", func() error {
-			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: d3, Reason: frames.SuspendApproval})
+			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: d3, Reason: frames.SuspendApproval})
 			return err
 		}, actors.ErrNotSuspendable, nil},
 
 		// Suspension tokens.
 		{"forged token", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: payload + ".AAAA"})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: payload + ".AAAA"})
 			return err
 		}, actors.ErrTokenInvalid, nil},
 		{"token with a tampered payload", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: base64.RawURLEncoding.EncodeToString(tampered) + "." + mac})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: base64.RawURLEncoding.EncodeToString(tampered) + "." + mac})
 			return err
 		}, actors.ErrTokenInvalid, nil},
 		{"token with another token's signature", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: payload + "." + usedMAC})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: payload + "." + usedMAC})
 			return err
 		}, actors.ErrTokenInvalid, nil},
 		{"token of another server", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: foreign})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: foreign})
 			return err
 		}, actors.ErrTokenInvalid, nil},
 		{"token of another scope", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: otherTok.Token})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: otherTok.Token})
 			return err
 		}, actors.ErrTokenInvalid, nil},
 		{"truncated token", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: live.Token[:len(live.Token)-3]})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: live.Token[:len(live.Token)-3]})
 			return err
 		}, actors.ErrTokenInvalid, nil},
 		{"token cut at the dot", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: payload})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: payload})
 			return err
 		}, actors.ErrTokenInvalid, nil},
-		{"empty token", func() error { _, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s)}); return err }, actors.ErrTokenInvalid, nil},
+		{"empty token", func() error { _, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s)}); return err }, actors.ErrTokenInvalid, nil},
 		{"garbage token", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: "\x00\xff not a token"})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: "\x00\xff not a token"})
 			return err
 		}, actors.ErrTokenInvalid, nil},
 		{"oversized token", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: strings.Repeat("A", 1<<20)})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: strings.Repeat("A", 1<<20)})
 			return err
 		}, actors.ErrTokenInvalid, nil},
 		{"replayed token", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: tok.Token})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: tok.Token})
 			return err
 		}, actors.ErrTokenUsed, nil},
 		{"expired token", func() error {
 			e.clock.Advance(2 * time.Minute)
 			defer e.clock.Advance(-2 * time.Minute)
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: live.Token})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: live.Token})
 			return err
 		}, actors.ErrTokenExpired, nil},
 		{"resume a frame that is no longer suspended", func() error {
-			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: goneTok.Token})
+			_, err := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: goneTok.Token})
 			return err
 		}, actors.ErrNotSuspended, nil},
 
 		// Requests and versions.
 		{"reused request id with a different request", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m("reused"), Goal: "b"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: m("reused"), Goal: "b"})
 			return err
 		}, actors.ErrRequestIDReused, nil},
 		{"reused request id with another operation", func() error {
-			_, err := c.AddResult(ctx, &messages.AddResult{Mutation: m("reused"), FrameID: root, Kind: "k", Ref: "r"})
+			_, err := c.AddResult(ctx, &messages.AddResult{Header: m("reused"), FrameID: root, Kind: "k", Ref: "r"})
 			return err
 		}, actors.ErrRequestIDReused, nil},
 		{"version conflict", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: messages.Mutation{Scope: s, IfVersion: &stale}, Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: messages.Header{Scope: s, IfVersion: &stale}, Goal: "g"})
 			return err
 		}, actors.ErrVersionConflict, nil},
 		{"negative expected version", func() error {
-			_, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: messages.Mutation{Scope: s, IfVersion: &negative}, Goal: "g"})
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: messages.Header{Scope: s, IfVersion: &negative}, Goal: "g"})
 			return err
 		}, actors.ErrVersionConflict, nil},
 
 		// The data file: a damaged scope, a truncated file, a held file.
 		{"a scope whose log is damaged: read", func() error {
-			_, err := ed.c.GetStack(ctx, &messages.GetStack{Scope: "victim"})
+			_, err := ed.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "victim"}})
 			return err
 		}, actors.ErrStoreFailed, ed},
 		{"a scope whose log is damaged: write", func() error {
-			_, err := ed.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("victim"), Goal: "g"})
+			_, err := ed.c.PushFrame(ctx, &messages.PushFrame{Header: mut("victim"), Goal: "g"})
 			return err
 		}, actors.ErrStoreFailed, ed},
 		{"a scope whose log is damaged: resume", func() error {
-			_, err := ed.c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "victim"}})
+			_, err := ed.c.ResumeActor(ctx, &messages.ResumeActor{Header: messages.Header{Scope: "victim"}})
 			return err
 		}, actors.ErrStoreFailed, ed},
 		{"a truncated data file", func() error {
@@ -698,21 +698,21 @@ func TestHostileInputCatalogue(t *testing.T) {
 	t.Logf("hostile input catalogue: %d cases", len(cases))
 
 	// What the catalogue's refusals must not disturb.
-	_, err = ed.c.GetStack(ctx, &messages.GetStack{Scope: "healthy"})
+	_, err = ed.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "healthy"}})
 	require.NoError(t, err, "a damaged scope leaves the others readable")
-	_, err = ed.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("healthy"), Goal: "g"})
+	_, err = ed.c.PushFrame(ctx, &messages.PushFrame{Header: mut("healthy"), Goal: "g"})
 	require.NoError(t, err, "and writable")
 	// The critical-overflow error names the tokens needed.
-	_, err = c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s, FrameID: root, BudgetTokens: 600})
+	_, err = c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: root, BudgetTokens: 600})
 	var me *messages.Error
 	require.ErrorAs(t, err, &me)
 	assert.Greater(t, me.Needed, int64(750))
 	assert.Contains(t, me.Message, "needs")
-	ok, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s, FrameID: root, BudgetTokens: me.Needed})
+	ok, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: root, BudgetTokens: me.Needed})
 	require.NoError(t, err, "the budget it named is enough")
 	assert.LessOrEqual(t, ok.TokenSummary.Used, me.Needed)
 	// A token of another server tells nothing a forged one does not.
-	_, errForeign := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: foreign})
-	_, errForged := c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: payload + ".AAAA"})
+	_, errForeign := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: foreign})
+	_, errForged := c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut(s), Token: payload + ".AAAA"})
 	assert.Equal(t, errForged, errForeign)
 }

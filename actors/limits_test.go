@@ -32,7 +32,7 @@ func TestCompactionCountsEachHandleOnce(t *testing.T) {
 			for i := 0; i < 12; i++ {
 				addHandle(t, e.c, "s", root, compaction.Medium, fmt.Sprintf("Step %d wrote /tmp/out-%d.json with 42 rows.", i, i))
 			}
-			req := &messages.CompactContext{Mutation: mut("s"), FrameID: root, TargetTokens: 200, Strategy: tc.strategy}
+			req := &messages.CompactContext{Header: mut("s"), FrameID: root, TargetTokens: 200, Strategy: tc.strategy}
 			req.RequestID = "compact-1"
 			r, err := e.c.CompactContext(ctx, req)
 			require.NoError(t, err)
@@ -54,24 +54,24 @@ func TestCompactionCountsEachHandleOnce(t *testing.T) {
 func TestUpdateFrameLoweringALimitSuspends(t *testing.T) {
 	e := newEnv(t)
 	root := push(t, e.c, "s", "", 1000)
-	_, err := e.c.RecordUsage(ctx, &messages.RecordUsage{Mutation: mut("s"), FrameID: root, Cost: budget.Cost{InputTokens: 80, Turns: 3}})
+	_, err := e.c.RecordUsage(ctx, &messages.RecordUsage{Header: mut("s"), FrameID: root, Cost: budget.Cost{InputTokens: 80, Turns: 3}})
 	require.NoError(t, err)
 
-	r, err := e.c.UpdateFrame(ctx, &messages.UpdateFrame{Mutation: mut("s"), FrameID: root, Limits: &budget.Limits{Turns: 2}})
+	r, err := e.c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut("s"), FrameID: root, Limits: &budget.Limits{Turns: 2}})
 	require.NoError(t, err)
 	require.NotNil(t, r.Suspension, "suspended at once")
 	assert.Equal(t, frames.SuspendLimit, r.Suspension.Reason)
 	assert.Equal(t, &budget.Violation{Code: budget.TurnsExceeded, Current: 3, Max: 2}, r.Suspension.Limit)
 	assert.Equal(t, root, r.Suspension.FrameID)
 
-	g, err := e.c.GetFrame(ctx, &messages.GetFrame{Scope: "s", FrameID: root})
+	g, err := e.c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "s"}, FrameID: root})
 	require.NoError(t, err)
 	assert.Equal(t, frames.StatusSuspended, g.Frame.Status)
 
-	_, err = e.c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut("s"), Token: r.Suspension.Token})
+	_, err = e.c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut("s"), Token: r.Suspension.Token})
 	require.NoError(t, err)
 
-	r, err = e.c.UpdateFrame(ctx, &messages.UpdateFrame{Mutation: mut("s"), FrameID: root, Limits: &budget.Limits{Turns: 10}})
+	r, err = e.c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut("s"), FrameID: root, Limits: &budget.Limits{Turns: 10}})
 	require.NoError(t, err)
 	assert.Nil(t, r.Suspension, "a limit above the cost suspends nothing")
 }
@@ -79,11 +79,11 @@ func TestUpdateFrameLoweringALimitSuspends(t *testing.T) {
 // A root limited to one spawn has no grandchildren.
 func TestSpawnLimitCoversGrandchildren(t *testing.T) {
 	e := newEnv(t)
-	r, err := e.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("s"), Goal: "root", Budget: budget.TokenBudget{Total: 100},
+	r, err := e.c.PushFrame(ctx, &messages.PushFrame{Header: mut("s"), Goal: "root", Budget: budget.TokenBudget{Total: 100},
 		Limits: budget.Limits{Spawns: 1}})
 	require.NoError(t, err)
 	child := push(t, e.c, "s", r.FrameID, 10)
-	_, err = e.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("s"), ParentID: child, Goal: "grandchild"})
+	_, err = e.c.PushFrame(ctx, &messages.PushFrame{Header: mut("s"), ParentID: child, Goal: "grandchild"})
 	require.ErrorIs(t, err, actors.ErrLimitExceeded)
 	assert.Contains(t, err.Error(), string(budget.SpawnsExceeded))
 }
@@ -94,16 +94,16 @@ func TestPoppedFramesOpenToolCallsAreReported(t *testing.T) {
 	e := newEnv(t)
 	root := push(t, e.c, "s", "", 100)
 	child := push(t, e.c, "s", root, 10)
-	sc, err := e.c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut("s"), FrameID: child, Name: "send_email"})
+	sc, err := e.c.StartToolCall(ctx, &messages.StartToolCall{Header: mut("s"), FrameID: child, Name: "send_email"})
 	require.NoError(t, err)
-	_, err = e.c.PopFrame(ctx, &messages.PopFrame{Mutation: mut("s"), FrameID: child, Status: frames.StatusFailed})
+	_, err = e.c.PopFrame(ctx, &messages.PopFrame{Header: mut("s"), FrameID: child, Status: frames.StatusFailed})
 	require.NoError(t, err)
 
 	for _, restart := range []bool{false, true} {
 		if restart {
 			e.restart()
 		}
-		st, err := e.c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "s"}})
+		st, err := e.c.ResumeActor(ctx, &messages.ResumeActor{Header: messages.Header{Scope: "s"}})
 		require.NoError(t, err)
 		var found []frames.PendingWork
 		for _, p := range st.PendingWork {
@@ -122,9 +122,9 @@ func TestPoppedFramesOpenToolCallsAreReported(t *testing.T) {
 func TestStartToolCallOnSuspendedFrameSaysSuspended(t *testing.T) {
 	e := newEnv(t)
 	root := push(t, e.c, "s", "", 100)
-	_, err := e.c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut("s"), FrameID: root, Reason: frames.SuspendApproval})
+	_, err := e.c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut("s"), FrameID: root, Reason: frames.SuspendApproval})
 	require.NoError(t, err)
-	_, err = e.c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut("s"), FrameID: root, Name: "search"})
+	_, err = e.c.StartToolCall(ctx, &messages.StartToolCall{Header: mut("s"), FrameID: root, Name: "search"})
 	require.ErrorIs(t, err, actors.ErrFrameNotLive)
 	assert.Contains(t, err.Error(), "suspended")
 	assert.False(t, strings.Contains(err.Error(), "not live"), "%v", err)
@@ -136,7 +136,7 @@ func TestSuspensionTokenHasOneSpelling(t *testing.T) {
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 	e := newEnv(t)
 	root := push(t, e.c, "s", "", 100)
-	tok, err := e.c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut("s"), FrameID: root, Reason: frames.SuspendApproval})
+	tok, err := e.c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut("s"), FrameID: root, Reason: frames.SuspendApproval})
 	require.NoError(t, err)
 
 	respell := func(s string) string {
@@ -155,10 +155,10 @@ func TestSuspensionTokenHasOneSpelling(t *testing.T) {
 	for name, v := range variants {
 		t.Run(name, func(t *testing.T) {
 			require.NotEqual(t, tok.Token, v)
-			_, err := e.c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut("s"), Token: v})
+			_, err := e.c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut("s"), Token: v})
 			assert.ErrorIs(t, err, actors.ErrTokenInvalid)
 		})
 	}
-	_, err = e.c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut("s"), Token: tok.Token})
+	_, err = e.c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut("s"), Token: tok.Token})
 	require.NoError(t, err, "the token as issued still resumes")
 }

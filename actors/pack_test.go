@@ -44,13 +44,13 @@ func TestPropertyPacksNeverExceedBudget(t *testing.T) {
 
 	rapid.Check(t, func(rt *rapid.T) {
 		scope := fmt.Sprintf("prop-%d", n.Add(1))
-		p, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(scope), Goal: rapid.StringMatching(`[a-zA-Z0-9 .é中]{0,300}`).Draw(rt, "goal"), Budget: budget.TokenBudget{Total: 1 << 20}})
+		p, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(scope), Goal: rapid.StringMatching(`[a-zA-Z0-9 .é中]{0,300}`).Draw(rt, "goal"), Budget: budget.TokenBudget{Total: 1 << 20}})
 		if err != nil {
 			rt.Fatalf("push: %v", err)
 		}
 		frame := p.FrameID
 		if rapid.Bool().Draw(rt, "nest") {
-			q, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(scope), ParentID: frame, Goal: strings.Repeat("sub ", rapid.IntRange(0, 100).Draw(rt, "subgoal"))})
+			q, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(scope), ParentID: frame, Goal: strings.Repeat("sub ", rapid.IntRange(0, 100).Draw(rt, "subgoal"))})
 			if err != nil {
 				rt.Fatalf("push child: %v", err)
 			}
@@ -63,16 +63,16 @@ func TestPropertyPacksNeverExceedBudget(t *testing.T) {
 			size := rapid.IntRange(0, 3000).Draw(rt, "size")
 			content := strings.Repeat("word ", size/5) + fmt.Sprintf(" id-%d path/to/file%d.go  \n\n  tail", i, i)
 			if rapid.IntRange(0, 5).Draw(rt, "tool") == 0 {
-				st, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(scope), FrameID: frame, Name: "tool"})
+				st, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(scope), FrameID: frame, Name: "tool"})
 				if err != nil {
 					rt.Fatalf("start tool: %v", err)
 				}
-				if _, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: mut(scope), FrameID: frame, CallID: st.CallID, Output: content, Priority: prio}); err != nil {
+				if _, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Header: mut(scope), FrameID: frame, CallID: st.CallID, Output: content, Priority: prio}); err != nil {
 					rt.Fatalf("finish tool: %v", err)
 				}
 				continue
 			}
-			h, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(scope), FrameID: frame, Priority: prio, Content: content})
+			h, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(scope), FrameID: frame, Priority: prio, Content: content})
 			if err != nil {
 				rt.Fatalf("add: %v", err)
 			}
@@ -81,7 +81,7 @@ func TestPropertyPacksNeverExceedBudget(t *testing.T) {
 				critical[h.HandleID] = true
 			}
 		}
-		req := &messages.AssembleContextPack{Scope: scope, FrameID: frame, BudgetTokens: rapid.Int64Range(500, 6000).Draw(rt, "budget"),
+		req := &messages.AssembleContextPack{Header: messages.Header{Scope: scope}, FrameID: frame, BudgetTokens: rapid.Int64Range(500, 6000).Draw(rt, "budget"),
 			MinCompaction: compaction.Level(rapid.IntRange(0, 4).Draw(rt, "minlevel"))}
 		if len(ids) > 0 && rapid.Bool().Draw(rt, "hints") {
 			req.IncludeHandles = []string{rapid.SampledFrom(ids).Draw(rt, "include")}

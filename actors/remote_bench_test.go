@@ -39,13 +39,13 @@ func BenchmarkRemote(b *testing.B) {
 		scopes[i] = fmt.Sprintf("bench-%d", i)
 		var parent string
 		for d := 0; d < 3; d++ {
-			f, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(scopes[i]), ParentID: parent, Goal: "benchmark", Budget: budget.TokenBudget{Total: 1 << 30 >> d}})
+			f, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(scopes[i]), ParentID: parent, Goal: "benchmark", Budget: budget.TokenBudget{Total: 1 << 30 >> d}})
 			require.NoError(b, err)
 			parent = f.FrameID
 		}
 		frameOf[scopes[i]] = parent
 	}
-	echoMsg, err := wire.Encode(&messages.GetStack{Scope: "echo"}, 0)
+	echoMsg, err := wire.Encode(&messages.GetStack{Header: messages.Header{Scope: "echo"}}, 0)
 	require.NoError(b, err)
 	echo := actor.NewPID(p.addr, "echo")
 	ops := map[string]func(scope string) error{
@@ -54,11 +54,11 @@ func BenchmarkRemote(b *testing.B) {
 			return err
 		},
 		"get": func(scope string) error {
-			_, err := c.GetStack(ctx, &messages.GetStack{Scope: scope})
+			_, err := c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: scope}})
 			return err
 		},
 		"add": func(scope string) error {
-			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut(scope), FrameID: frameOf[scope],
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(scope), FrameID: frameOf[scope],
 				Priority: compaction.Low, Content: "an observation of about a hundred bytes, as an agent would add after a tool call"})
 			return err
 		},
@@ -71,7 +71,7 @@ func BenchmarkRemote(b *testing.B) {
 		out := make([]string, 16)
 		for i := range out {
 			out[i] = fmt.Sprintf("bench-%d-%d", round, i)
-			f, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(out[i]), Goal: "benchmark", Budget: budget.TokenBudget{Total: 1 << 30}})
+			f, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(out[i]), Goal: "benchmark", Budget: budget.TokenBudget{Total: 1 << 30}})
 			require.NoError(b, err)
 			frameOf[out[i]] = f.FrameID
 		}

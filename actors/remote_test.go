@@ -136,45 +136,45 @@ func TestRemoteClientDoesEverything(t *testing.T) {
 	p := newRemotePair(t)
 	c := p.c
 	m := mut("remote-1")
-	root, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m, Goal: "plan", Inputs: []byte{0x81, 0xa1, 'k', 1}, Budget: budget.TokenBudget{Total: 8000}})
+	root, err := c.PushFrame(ctx, &messages.PushFrame{Header: m, Goal: "plan", Inputs: []byte{0x81, 0xa1, 'k', 1}, Budget: budget.TokenBudget{Total: 8000}})
 	require.NoError(t, err)
-	child, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("remote-1"), ParentID: root.FrameID, Goal: "search", Budget: budget.TokenBudget{Total: 2000}})
+	child, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut("remote-1"), ParentID: root.FrameID, Goal: "search", Budget: budget.TokenBudget{Total: 2000}})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), child.Depth)
-	_, err = c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut("remote-1"), FrameID: child.FrameID, Priority: compaction.Critical, Content: "the user wants Lisbon"})
+	_, err = c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("remote-1"), FrameID: child.FrameID, Priority: compaction.Critical, Content: "the user wants Lisbon"})
 	require.NoError(t, err)
-	call, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut("remote-1"), FrameID: child.FrameID, Name: "search", Input: []byte("q")})
+	call, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut("remote-1"), FrameID: child.FrameID, Name: "search", Input: []byte("q")})
 	require.NoError(t, err)
-	_, err = c.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: mut("remote-1"), FrameID: child.FrameID, CallID: call.CallID, Output: "3 flights"})
+	_, err = c.FinishToolCall(ctx, &messages.FinishToolCall{Header: mut("remote-1"), FrameID: child.FrameID, CallID: call.CallID, Output: "3 flights"})
 	require.NoError(t, err)
-	pack, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: "remote-1", FrameID: child.FrameID, BudgetTokens: 1000})
+	pack, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: "remote-1"}, FrameID: child.FrameID, BudgetTokens: 1000})
 	require.NoError(t, err)
 	assert.LessOrEqual(t, pack.TokenSummary.Used, int64(1000))
 	assert.Contains(t, pack.Segments[0].Content, "Lisbon")
-	tok, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: mut("remote-1"), FrameID: child.FrameID, Reason: frames.SuspendApproval})
+	tok, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut("remote-1"), FrameID: child.FrameID, Reason: frames.SuspendApproval})
 	require.NoError(t, err)
-	_, err = c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: mut("remote-1"), Token: tok.Token})
+	_, err = c.ResumeFrame(ctx, &messages.ResumeFrame{Header: mut("remote-1"), Token: tok.Token})
 	require.NoError(t, err)
-	st, err := c.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: "remote-1"}})
+	st, err := c.ResumeActor(ctx, &messages.ResumeActor{Header: messages.Header{Scope: "remote-1"}})
 	require.NoError(t, err)
 	assert.Len(t, st.LiveFrames, 2)
-	f, err := c.GetFrame(ctx, &messages.GetFrame{Scope: "remote-1", FrameID: root.FrameID})
+	f, err := c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "remote-1"}, FrameID: root.FrameID})
 	require.NoError(t, err)
 	assert.Equal(t, []byte{0x81, 0xa1, 'k', 1}, []byte(f.Frame.Inputs), "opaque bytes arrive byte-identical")
 
 	// Typed errors cross the wire and still match the sentinels.
-	_, err = c.GetFrame(ctx, &messages.GetFrame{Scope: "remote-1", FrameID: "nope"})
+	_, err = c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "remote-1"}, FrameID: "nope"})
 	assert.True(t, errors.Is(err, actors.ErrFrameNotFound), "%v", err)
-	_, err = c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("remote-1"), ParentID: root.FrameID, Budget: budget.TokenBudget{Total: 1 << 40}})
+	_, err = c.PushFrame(ctx, &messages.PushFrame{Header: mut("remote-1"), ParentID: root.FrameID, Budget: budget.TokenBudget{Total: 1 << 40}})
 	var me *messages.Error
 	require.True(t, errors.As(err, &me), "%v", err)
 	assert.Equal(t, messages.CodeInsufficientTokens, me.Code)
 	assert.Positive(t, me.Available)
-	_, err = c.GetStack(ctx, &messages.GetStack{Scope: "bad scope!"})
+	_, err = c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "bad scope!"}})
 	assert.True(t, errors.Is(err, actors.ErrInvalidScope))
 
 	// A repeated request id returns the original reply and appends nothing.
-	req := &messages.PushFrame{Mutation: mut("remote-1"), Goal: "again", Budget: budget.TokenBudget{Total: 10}}
+	req := &messages.PushFrame{Header: mut("remote-1"), Goal: "again", Budget: budget.TokenBudget{Total: 10}}
 	first, err := c.PushFrame(ctx, req)
 	require.NoError(t, err)
 	second, err := c.PushFrame(ctx, req)
@@ -185,7 +185,7 @@ func TestRemoteClientDoesEverything(t *testing.T) {
 
 func TestRemoteUndecodableRequestsAreAnsweredAndTheConnectionSurvives(t *testing.T) {
 	p := newRemotePair(t)
-	_, err := p.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
+	_, err := p.c.PushFrame(ctx, &messages.PushFrame{Header: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
 	require.NoError(t, err)
 
 	ask := func(env *wire.Envelope) *wire.Message {
@@ -211,7 +211,7 @@ func TestRemoteUndecodableRequestsAreAnsweredAndTheConnectionSurvives(t *testing
 	assert.Contains(t, m.Value.(messages.Reply).Failure().Message, "not a request")
 
 	// The same connection still carries requests.
-	s, err := p.c.GetStack(ctx, &messages.GetStack{Scope: "s"})
+	s, err := p.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "s"}})
 	require.NoError(t, err)
 	assert.Len(t, s.Frames, 1)
 }
@@ -220,28 +220,28 @@ func TestRemoteLimits(t *testing.T) {
 	p := newRemotePair(t, "STATEINDEX_TEST_MAX_BYTES=4096")
 	// Over the client's own limit (1 MiB): refused before sending.
 	start := time.Now()
-	_, err := p.c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut("s"), Content: strings.Repeat("x", 2<<20)})
+	_, err := p.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("s"), Content: strings.Repeat("x", 2<<20)})
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, actors.ErrTooLarge), "%v", err)
 	assert.Contains(t, err.Error(), "limit of a remote message")
 	assert.Less(t, time.Since(start), time.Second)
 
 	// Over the server's limit (4 KiB here): refused by the server.
-	f, err := p.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 1 << 20}})
+	f, err := p.c.PushFrame(ctx, &messages.PushFrame{Header: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 1 << 20}})
 	require.NoError(t, err)
-	_, err = p.c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut("s"), FrameID: f.FrameID, Priority: compaction.Medium, Content: strings.Repeat("y", 5<<10)})
+	_, err = p.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("s"), FrameID: f.FrameID, Priority: compaction.Medium, Content: strings.Repeat("y", 5<<10)})
 	assert.True(t, errors.Is(err, actors.ErrTooLarge), "%v", err)
 	assert.Contains(t, err.Error(), "4096-byte limit of this StateIndex")
 
 	// A reply over the server's limit becomes an error reply of its type.
 	for i := 0; i < 3; i++ {
-		_, err = p.c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut("s"), FrameID: f.FrameID, Priority: compaction.Medium, Content: strings.Repeat("z", 2<<10)})
+		_, err = p.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("s"), FrameID: f.FrameID, Priority: compaction.Medium, Content: strings.Repeat("z", 2<<10)})
 		require.NoError(t, err)
 	}
-	_, err = p.c.GetFrame(ctx, &messages.GetFrame{Scope: "s", FrameID: f.FrameID, WithHandles: true})
+	_, err = p.c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "s"}, FrameID: f.FrameID, WithHandles: true})
 	assert.True(t, errors.Is(err, actors.ErrTooLarge), "%v", err)
 	assert.Contains(t, err.Error(), "reply GetFrameReply")
-	_, err = p.c.GetFrame(ctx, &messages.GetFrame{Scope: "s", FrameID: f.FrameID})
+	_, err = p.c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "s"}, FrameID: f.FrameID})
 	assert.NoError(t, err, "without its handles the frame fits")
 }
 
@@ -261,12 +261,12 @@ func (s *gatedStore) Append(ctx context.Context, stream string, expected int64, 
 
 func TestRemoteRequestInFlightWhenTheServerDiesHasAnUnknownOutcome(t *testing.T) {
 	p := newRemotePair(t, "STATEINDEX_TEST_GATE=1")
-	_, err := p.c.GetStack(ctx, &messages.GetStack{Scope: "s"})
+	_, err := p.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "s"}})
 	require.True(t, errors.Is(err, actors.ErrNoActiveFrame), "%v", err)
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
+		_, err := p.c.PushFrame(ctx, &messages.PushFrame{Header: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
 		done <- err
 	}()
 	// The request reached the store: its outcome now depends on the server.
@@ -282,7 +282,7 @@ func TestRemoteRequestInFlightWhenTheServerDiesHasAnUnknownOutcome(t *testing.T)
 
 	// Requests sent after the server is gone are refused as not delivered.
 	start := time.Now()
-	_, err = p.c.GetStack(ctx, &messages.GetStack{Scope: "s"})
+	_, err = p.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "s"}})
 	assert.True(t, errors.Is(err, actors.ErrUnavailable), "%v", err)
 	assert.Less(t, time.Since(start), 5*time.Second)
 }
@@ -292,7 +292,7 @@ func TestRemoteClientHonoursItsContext(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := p.c.PushFrame(cctx, &messages.PushFrame{Mutation: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
+	_, err := p.c.PushFrame(cctx, &messages.PushFrame{Header: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
 	assert.True(t, errors.Is(err, actors.ErrTimeout), "%v", err)
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
 	assert.Less(t, time.Since(start), 2*time.Second)
@@ -321,7 +321,7 @@ func TestRemoteSurvivesAMessageOfAnUnknownProtobufType(t *testing.T) {
 	assert.Contains(t, err.Error(), "undecodable message")
 
 	// The server lives on and serves everyone else.
-	_, err = p.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
+	_, err = p.c.PushFrame(ctx, &messages.PushFrame{Header: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
 	require.NoError(t, err)
 	exited, _ := p.child.Exited()
 	assert.False(t, exited)

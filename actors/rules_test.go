@@ -21,7 +21,7 @@ func chain(t *testing.T, c *actors.Client, scope string, depth int) string {
 	t.Helper()
 	parent := ""
 	for i := 0; i < depth; i++ {
-		r, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: mut(scope), ParentID: parent,
+		r, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(scope), ParentID: parent,
 			Goal: fmt.Sprintf("level %d: ", i) + strings.Repeat("investigate the failure ", 160), Budget: budget.TokenBudget{Total: 1 << 20}})
 		require.NoError(t, err)
 		parent = r.FrameID
@@ -57,7 +57,7 @@ func TestPackBriefAndBreadcrumbsYieldToCriticalContent(t *testing.T) {
 				ids = append(ids, addHandle(t, c, scope, frame, compaction.Critical, strings.Repeat("abcd", int(n))))
 			}
 			addHandle(t, c, scope, frame, compaction.Medium, strings.Repeat("medium context ", 100))
-			pack, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: scope, FrameID: frame, BudgetTokens: tc.budget, Role: tc.role})
+			pack, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: scope}, FrameID: frame, BudgetTokens: tc.budget, Role: tc.role})
 			require.NoError(t, err, "the Critical content alone fits")
 			assert.LessOrEqual(t, recount(counter, pack), tc.budget)
 			assert.Equal(t, recount(counter, pack), pack.TokenSummary.Used)
@@ -104,16 +104,16 @@ func TestPackCriticalOverflowNeededSucceeds(t *testing.T) {
 				critTokens += n
 			}
 			if tc.toolCall {
-				st, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(scope), FrameID: frame, Name: "lookup"})
+				st, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(scope), FrameID: frame, Name: "lookup"})
 				require.NoError(t, err)
-				fin, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: mut(scope), FrameID: frame, CallID: st.CallID,
+				fin, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Header: mut(scope), FrameID: frame, CallID: st.CallID,
 					Call: strings.Repeat("wxyz", 50), Output: strings.Repeat("efgh", 250), Priority: compaction.Critical})
 				require.NoError(t, err)
 				ids = append(ids, fin.CallHandleID, fin.ResultHandleID)
 				critTokens += 300
 			}
 			addHandle(t, c, scope, frame, compaction.High, strings.Repeat("high context ", 200))
-			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: scope, FrameID: frame, BudgetTokens: tc.budget, Role: tc.role})
+			_, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: scope}, FrameID: frame, BudgetTokens: tc.budget, Role: tc.role})
 			var me *messages.Error
 			require.ErrorAs(t, err, &me)
 			require.Equal(t, messages.CodeCriticalExceedsBudget, me.Code)
@@ -122,7 +122,7 @@ func TestPackCriticalOverflowNeededSucceeds(t *testing.T) {
 			assert.Greater(t, me.Needed, tc.budget)
 
 			for _, b := range []int64{me.Needed, max(critTokens, actors.MinPackBudget)} {
-				pack, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: scope, FrameID: frame, BudgetTokens: b, Role: tc.role})
+				pack, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: scope}, FrameID: frame, BudgetTokens: b, Role: tc.role})
 				require.NoError(t, err, "budget %d (Needed %d, critical %d)", b, me.Needed, critTokens)
 				assert.LessOrEqual(t, recount(counter, pack), b)
 				in := map[string]bool{}
@@ -148,15 +148,15 @@ func TestPackToolCallHalvesTravelTogether(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		addHandle(t, c, scope, frame, compaction.Medium, fmt.Sprintf("note %d: ", i)+strings.Repeat("filler text ", 40))
 	}
-	st, err := c.StartToolCall(ctx, &messages.StartToolCall{Mutation: mut(scope), FrameID: frame, Name: "search"})
+	st, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(scope), FrameID: frame, Name: "search"})
 	require.NoError(t, err)
-	fin, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: mut(scope), FrameID: frame, CallID: st.CallID,
+	fin, err := c.FinishToolCall(ctx, &messages.FinishToolCall{Header: mut(scope), FrameID: frame, CallID: st.CallID,
 		Output: "found it", Priority: compaction.Low})
 	require.NoError(t, err)
 	call, result := fin.CallHandleID, fin.ResultHandleID
 	segments := func(budget int64, include, exclude []string) map[string]bool {
 		t.Helper()
-		pack, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: scope, FrameID: frame, BudgetTokens: budget,
+		pack, err := c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: scope}, FrameID: frame, BudgetTokens: budget,
 			IncludeHandles: include, ExcludeHandles: exclude})
 		require.NoError(t, err)
 		in := map[string]bool{}
@@ -177,7 +177,7 @@ func TestPackToolCallHalvesTravelTogether(t *testing.T) {
 		in = segments(1000, []string{half}, nil)
 		assert.True(t, in[call] && in[result], "including %s brings in both halves", half)
 	}
-	_, err = c.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: scope, FrameID: frame, BudgetTokens: 100_000,
+	_, err = c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: scope}, FrameID: frame, BudgetTokens: 100_000,
 		IncludeHandles: []string{call}, ExcludeHandles: []string{result}})
 	assert.ErrorIs(t, err, actors.ErrInvalidArgument)
 }
@@ -211,7 +211,7 @@ func TestNoOpCompactionRecordsItsRequestID(t *testing.T) {
 	scope := "noop"
 	frame := push(t, c, scope, "", 1<<20)
 	addHandle(t, c, scope, frame, compaction.Medium, "a small note")
-	req := &messages.CompactContext{Mutation: messages.Mutation{Scope: scope, RequestID: "compact-once"}, FrameID: frame, TargetTokens: 1000,
+	req := &messages.CompactContext{Header: messages.Header{Scope: scope, RequestID: "compact-once"}, FrameID: frame, TargetTokens: 1000,
 		Strategy: messages.Strategy{Kind: messages.StrategyPriorityBased}}
 	before := e.version(scope)
 	first, err := c.CompactContext(ctx, req)

@@ -61,7 +61,7 @@ func TestColdLoadDoesNotBlockTheShard(t *testing.T) {
 	}
 	added := make(chan res, 1)
 	go func() {
-		r, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut("cold"), FrameID: cold,
+		r, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("cold"), FrameID: cold,
 			Priority: compaction.High, Content: "first"})
 		if err != nil {
 			added <- res{err: err}
@@ -74,16 +74,16 @@ func TestColdLoadDoesNotBlockTheShard(t *testing.T) {
 	// Another scope of the same shard, cold too, loads and answers.
 	ctxW, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	got, err := c.GetFrame(ctxW, &messages.GetFrame{Scope: "warm", FrameID: warm})
+	got, err := c.GetFrame(ctxW, &messages.GetFrame{Header: messages.Header{Scope: "warm"}, FrameID: warm})
 	require.NoError(t, err, "a scope being loaded must not block its shard")
 	assert.Equal(t, warm, got.Frame.ID)
-	_, err = c.AddContextHandle(ctxW, &messages.AddContextHandle{Mutation: mut("warm"), FrameID: warm, Priority: compaction.Low, Content: "w"})
+	_, err = c.AddContextHandle(ctxW, &messages.AddContextHandle{Header: mut("warm"), FrameID: warm, Priority: compaction.Low, Content: "w"})
 	require.NoError(t, err)
 
 	// A later request of the loading scope waits behind the first.
 	read := make(chan *messages.GetFrameReply, 1)
 	go func() {
-		r, err := c.GetFrame(ctx, &messages.GetFrame{Scope: "cold", FrameID: cold, WithHandles: true})
+		r, err := c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "cold"}, FrameID: cold, WithHandles: true})
 		if err != nil {
 			t.Error(err)
 		}
@@ -125,7 +125,7 @@ func TestOverloadIsAnAnswer(t *testing.T) {
 	hs.hold.Store(true)
 	first := make(chan error, 1)
 	go func() {
-		_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: mut("s"), FrameID: root, Priority: compaction.Low, Content: "held"})
+		_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("s"), FrameID: root, Priority: compaction.Low, Content: "held"})
 		first <- err
 	}()
 	<-hs.entered // the store holds the scope's write: its later requests wait
@@ -133,7 +133,7 @@ func TestOverloadIsAnAnswer(t *testing.T) {
 	const sent = 10
 	futures := make([]interface{ Result() (any, error) }, sent)
 	for i := range futures {
-		req := &messages.AddContextHandle{Mutation: messages.Mutation{Scope: "s", RequestID: actors.NewRequestID()},
+		req := &messages.AddContextHandle{Header: messages.Header{Scope: "s", RequestID: actors.NewRequestID()},
 			FrameID: root, Priority: compaction.Low, Content: "queued"}
 		futures[i] = sys.Root.RequestFuture(srv.PID(), req, time.Minute)
 	}
@@ -150,7 +150,7 @@ func TestOverloadIsAnAnswer(t *testing.T) {
 	assert.Equal(t, sent-(cfg.MaxPending-1), refused)
 
 	// The Client's own admission refuses too, before sending.
-	_, err = c.GetFrame(ctx, &messages.GetFrame{Scope: "s", FrameID: root})
+	_, err = c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "s"}, FrameID: root})
 	assert.ErrorIs(t, err, actors.ErrOverloaded)
 
 	hs.hold.Store(false)
@@ -161,7 +161,7 @@ func TestOverloadIsAnAnswer(t *testing.T) {
 		require.NoError(t, err)
 		assert.Nil(t, r.(messages.Reply).Failure(), "held requests within the bound are served")
 	}
-	f, err := c.GetFrame(ctx, &messages.GetFrame{Scope: "s", FrameID: root})
+	f, err := c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "s"}, FrameID: root})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1+1+cfg.MaxPending-1), f.Version, "refused requests were not applied")
 }

@@ -40,21 +40,21 @@ func assemble(ctx context.Context, o *Options, handles, reps int, maxDur time.Du
 	}
 	defer func() { err = errs(err, n.stop()) }()
 	o.progress("assemble: adding %d handles of ~200 tokens", handles)
-	scope := messages.Mutation{Scope: "pack"}
-	root, err := n.client.PushFrame(ctx, &messages.PushFrame{Mutation: scope, Goal: "answer the question", Budget: budget.TokenBudget{Total: 1 << 30}})
+	scope := messages.Header{Scope: "pack"}
+	root, err := n.client.PushFrame(ctx, &messages.PushFrame{Header: scope, Goal: "answer the question", Budget: budget.TokenBudget{Total: 1 << 30}})
 	if err != nil {
 		return res, err
 	}
 	for i := range handles {
 		// ~800 bytes: ~200 tokens under the default bytes/4 counter.
 		content := noteContent(i)
-		_, err := n.client.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: scope, FrameID: root.FrameID,
+		_, err := n.client.AddContextHandle(ctx, &messages.AddContextHandle{Header: scope, FrameID: root.FrameID,
 			Priority: prios[i%len(prios)], Content: content})
 		if err != nil {
 			return res, err
 		}
 	}
-	req := &messages.AssembleContextPack{Scope: scope.Scope, FrameID: root.FrameID, BudgetTokens: assembleBudget}
+	req := &messages.AssembleContextPack{Header: messages.Header{Scope: scope.Scope}, FrameID: root.FrameID, BudgetTokens: assembleBudget}
 	check := func() error {
 		p, err := n.client.AssembleContextPack(ctx, req)
 		if err != nil {

@@ -76,13 +76,13 @@ func (a *agent) boundedOp(ctx context.Context) error {
 	var err error
 	switch {
 	case k%50 == 49:
-		_, err = a.c.CompactContext(ctx, &messages.CompactContext{Mutation: a.mut(), FrameID: a.root, TargetTokens: 4000,
+		_, err = a.c.CompactContext(ctx, &messages.CompactContext{Header: a.mut(), FrameID: a.root, TargetTokens: 4000,
 			Strategy: messages.Strategy{Kind: messages.StrategySummarizeOldest, KeepRecent: 8}})
 	case k%5 == 4:
-		_, err = a.c.RecordUsage(ctx, &messages.RecordUsage{Mutation: a.mut(), FrameID: a.root,
+		_, err = a.c.RecordUsage(ctx, &messages.RecordUsage{Header: a.mut(), FrameID: a.root,
 			Cost: budget.Cost{InputTokens: 1200, OutputTokens: 300, Turns: 1, SpendMicros: 4500}})
 	default:
-		_, err = a.c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: a.mut(), FrameID: a.root,
+		_, err = a.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: a.mut(), FrameID: a.root,
 			Priority: prios[k%len(prios)], Content: text("turn "+strconv.Itoa(k), a.size)})
 	}
 	if err != nil {
@@ -99,19 +99,19 @@ func (a *agent) growingOp(ctx context.Context) error {
 	switch k % 5 {
 	case 0:
 		var r *messages.PushFrameReply
-		r, err = a.c.PushFrame(ctx, &messages.PushFrame{Mutation: a.mut(), ParentID: a.root, Goal: "subtask " + strconv.Itoa(k),
+		r, err = a.c.PushFrame(ctx, &messages.PushFrame{Header: a.mut(), ParentID: a.root, Goal: "subtask " + strconv.Itoa(k),
 			Inputs: []byte(text("inputs", 128)), Budget: budget.TokenBudget{Total: 4000}})
 		if err == nil {
 			a.child = r.FrameID
 		}
 	case 1, 2:
-		_, err = a.c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: a.mut(), FrameID: a.child,
+		_, err = a.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: a.mut(), FrameID: a.child,
 			Priority: prios[k%len(prios)], Content: text("fact "+strconv.Itoa(k), a.size)})
 	case 3:
-		_, err = a.c.RecordUsage(ctx, &messages.RecordUsage{Mutation: a.mut(), FrameID: a.child,
+		_, err = a.c.RecordUsage(ctx, &messages.RecordUsage{Header: a.mut(), FrameID: a.child,
 			Cost: budget.Cost{InputTokens: 900, OutputTokens: 200, Turns: 1}})
 	case 4:
-		_, err = a.c.PopFrame(ctx, &messages.PopFrame{Mutation: a.mut(), FrameID: a.child, Status: frames.StatusCompleted})
+		_, err = a.c.PopFrame(ctx, &messages.PopFrame{Header: a.mut(), FrameID: a.child, Status: frames.StatusCompleted})
 	}
 	if err != nil {
 		return fmt.Errorf("growing history op %d: %w", k, err)
@@ -224,7 +224,7 @@ func coldResume(ctx context.Context, path string, snapshotEvery int64, reps int,
 		opened := time.Since(begin)
 		var r *messages.ActorResumeState
 		begin = time.Now()
-		r, err = n.client.ResumeActor(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: resumeScope}})
+		r, err = n.client.ResumeActor(ctx, &messages.ResumeActor{Header: messages.Header{Scope: resumeScope}})
 		took := time.Since(begin)
 		if err = errs(err, n.stop()); err != nil {
 			return out, err

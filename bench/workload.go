@@ -42,11 +42,11 @@ type agent struct {
 	size  int
 }
 
-func (a *agent) mut() messages.Mutation { return messages.Mutation{Scope: a.scope} }
+func (a *agent) mut() messages.Header { return messages.Header{Scope: a.scope} }
 
 // begin pushes the scope's root frame.
 func (a *agent) begin(ctx context.Context) error {
-	r, err := a.c.PushFrame(ctx, &messages.PushFrame{Mutation: a.mut(), Goal: "run the benchmark task " + a.scope,
+	r, err := a.c.PushFrame(ctx, &messages.PushFrame{Header: a.mut(), Goal: "run the benchmark task " + a.scope,
 		Budget: budget.TokenBudget{Total: rootBudget}})
 	if err != nil {
 		return fmt.Errorf("push root of %s: %w", a.scope, err)
@@ -63,7 +63,7 @@ func (a *agent) durableOp(ctx context.Context) error {
 	k := a.k
 	a.k++
 	if k%4 == 0 || a.child == "" {
-		r, err := a.c.PushFrame(ctx, &messages.PushFrame{Mutation: a.mut(), ParentID: a.root,
+		r, err := a.c.PushFrame(ctx, &messages.PushFrame{Header: a.mut(), ParentID: a.root,
 			Goal: "step " + strconv.Itoa(k) + " of " + a.scope, Inputs: []byte(text("inputs "+strconv.Itoa(k), a.size-64)),
 			Budget: budget.TokenBudget{Total: 1000}})
 		if err != nil {
@@ -72,7 +72,7 @@ func (a *agent) durableOp(ctx context.Context) error {
 		a.child = r.FrameID
 		return nil
 	}
-	_, err := a.c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: a.mut(), FrameID: a.child,
+	_, err := a.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: a.mut(), FrameID: a.child,
 		Priority: prios[k%len(prios)], Content: text("fact "+strconv.Itoa(k), a.size)})
 	if err != nil {
 		return fmt.Errorf("add handle in %s: %w", a.scope, err)
@@ -85,7 +85,7 @@ func (a *agent) durableOp(ctx context.Context) error {
 func (a *agent) checkpoint(ctx context.Context) error {
 	k := a.k
 	a.k++
-	_, err := a.c.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: a.mut(), FrameID: a.root,
+	_, err := a.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: a.mut(), FrameID: a.root,
 		Priority: prios[k%len(prios)], Content: text("checkpoint "+strconv.Itoa(k), a.size)})
 	if err != nil {
 		return fmt.Errorf("checkpoint in %s: %w", a.scope, err)

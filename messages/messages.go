@@ -6,43 +6,89 @@ import (
 	"github.com/stateindex/stateindex/frames"
 )
 
-// Request is any StateIndex request. Every request names its scope.
+// Request is any StateIndex request. Every request embeds a Header first:
+// the scope is in the same place in all of them, and so is the request id
+// of the ones that change something.
 type Request interface {
 	ScopeName() string
+	Head() *Header
 }
 
-// MutatingRequest is a request that appends events; it carries a Mutation.
+// MutatingRequest is a request that appends events. Its Header's RequestID
+// makes it idempotent (the Client fills one in when it is empty).
 type MutatingRequest interface {
 	Request
-	Mut() *Mutation
+	// Mut returns the request's header; only mutating requests have it.
+	Mut() *Header
 }
+
+// Header is embedded first in every request. Its encoding (scope, request
+// id, guard, reason in this order) is the one the previous release's
+// Mutation had, so digests of requests it recorded still match.
+type Header struct {
+	Scope string `msgpack:"sc"`
+	// RequestID makes a mutating request idempotent: a repeat with the same
+	// id and the same content returns the original reply and appends
+	// nothing, within the server's horizon (Config.RequestHorizon); an id
+	// whose first-send time is older is refused (request_expired). The
+	// Client fills a time-ordered one (UUIDv7) when empty. Reads take none.
+	RequestID string `msgpack:"rq,omitempty"`
+	// IfVersion, when set on a mutating request, is the scope version the
+	// request was decided against; if the scope has moved on the request
+	// fails with version_conflict instead of applying. Reads take none.
+	IfVersion *int64 `msgpack:"iv,omitempty"`
+	// Reason overrides the checkpoint reason the operation implies
+	// (mutating requests only).
+	Reason frames.Reason `msgpack:"re,omitempty"`
+}
+
+// ScopeName returns the scope.
+func (h *Header) ScopeName() string { return h.Scope }
+
+// Head returns the header.
+func (h *Header) Head() *Header { return h }
+
+// Mut returns the header of a mutating request.
+func (r *PushFrame) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *PopFrame) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *UpdateFrame) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *AddContextHandle) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *AddResult) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *RecordUsage) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *StartToolCall) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *FinishToolCall) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *SuspendFrame) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *ResumeFrame) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *CompactContext) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *ResumeActor) Mut() *Header { return &r.Header }
 
 // Reply is any StateIndex reply: it carries its result or an *Error.
 type Reply interface {
 	Failure() *Error
 	SetFailure(*Error)
 }
-
-// Mutation is embedded in every mutating request.
-type Mutation struct {
-	Scope string `msgpack:"sc"`
-	// RequestID makes the request idempotent: a repeat with the same id and
-	// the same content returns the original reply and appends nothing. The
-	// Client fills a random one when empty.
-	RequestID string `msgpack:"rq"`
-	// IfVersion, when set, is the scope version the request was decided
-	// against; if the scope has moved on the request fails with
-	// version_conflict instead of applying.
-	IfVersion *int64 `msgpack:"iv,omitempty"`
-	// Reason overrides the checkpoint reason the operation implies.
-	Reason frames.Reason `msgpack:"re,omitempty"`
-}
-
-// ScopeName returns the scope.
-func (m *Mutation) ScopeName() string { return m.Scope }
-
-// Mut returns the mutation header.
-func (m *Mutation) Mut() *Mutation { return m }
 
 // Result is embedded in every reply.
 type Result struct {
@@ -60,7 +106,7 @@ func (r *Result) SetFailure(e *Error) { r.Err = e }
 // PushFrame creates a frame: a root when ParentID is empty, else a child
 // whose Budget.Total is allocated from the parent's available tokens.
 type PushFrame struct {
-	Mutation `msgpack:",inline"`
+	Header   `msgpack:",inline"`
 	ParentID string             `msgpack:"pa,omitempty"`
 	Goal     string             `msgpack:"g"`
 	Inputs   []byte             `msgpack:"in,omitempty"`
@@ -78,10 +124,10 @@ type PushFrameReply struct {
 
 // PopFrame ends a frame (the top of the stack when FrameID is empty).
 type PopFrame struct {
-	Mutation `msgpack:",inline"`
-	FrameID  string        `msgpack:"f,omitempty"`
-	Status   frames.Status `msgpack:"st"`
-	Cascade  bool          `msgpack:"cs,omitempty"`
+	Header  `msgpack:",inline"`
+	FrameID string        `msgpack:"f,omitempty"`
+	Status  frames.Status `msgpack:"st"`
+	Cascade bool          `msgpack:"cs,omitempty"`
 }
 
 // PopFrameReply reports how the frame settled with its parent.
@@ -100,7 +146,7 @@ type PopFrameReply struct {
 
 // UpdateFrame changes a live frame; unset fields stay as they are.
 type UpdateFrame struct {
-	Mutation     `msgpack:",inline"`
+	Header       `msgpack:",inline"`
 	FrameID      string         `msgpack:"f,omitempty"`
 	Goal         *string        `msgpack:"g,omitempty"`
 	Inputs       []byte         `msgpack:"in,omitempty"`
@@ -121,7 +167,7 @@ type UpdateFrameReply struct {
 // AddContextHandle adds a piece of context to a frame. HandleID is minted
 // when empty; Tokens is counted by the server's counter.
 type AddContextHandle struct {
-	Mutation `msgpack:",inline"`
+	Header   `msgpack:",inline"`
 	FrameID  string              `msgpack:"f,omitempty"`
 	HandleID string              `msgpack:"h,omitempty"`
 	Kind     string              `msgpack:"k,omitempty"`
@@ -139,7 +185,7 @@ type AddContextHandleReply struct {
 
 // AddResult records a result reference on a frame.
 type AddResult struct {
-	Mutation `msgpack:",inline"`
+	Header   `msgpack:",inline"`
 	FrameID  string `msgpack:"f,omitempty"`
 	ResultID string `msgpack:"r,omitempty"`
 	Kind     string `msgpack:"k"`
@@ -157,9 +203,9 @@ type AddResultReply struct {
 // RecordUsage adds consumption to a frame. Crossing a limit does not fail
 // the request: the usage is recorded and the frame suspended (Suspension).
 type RecordUsage struct {
-	Mutation `msgpack:",inline"`
-	FrameID  string      `msgpack:"f,omitempty"`
-	Cost     budget.Cost `msgpack:"c"`
+	Header  `msgpack:",inline"`
+	FrameID string      `msgpack:"f,omitempty"`
+	Cost    budget.Cost `msgpack:"c"`
 }
 
 // RecordUsageReply says whether the usage suspended the frame.
@@ -172,11 +218,11 @@ type RecordUsageReply struct {
 // StartToolCall journals a tool call before it is dispatched. CallID is
 // minted when empty.
 type StartToolCall struct {
-	Mutation `msgpack:",inline"`
-	FrameID  string `msgpack:"f,omitempty"`
-	CallID   string `msgpack:"id,omitempty"`
-	Name     string `msgpack:"n"`
-	Input    []byte `msgpack:"in,omitempty"`
+	Header  `msgpack:",inline"`
+	FrameID string `msgpack:"f,omitempty"`
+	CallID  string `msgpack:"id,omitempty"`
+	Name    string `msgpack:"n"`
+	Input   []byte `msgpack:"in,omitempty"`
 }
 
 // StartToolCallReply names the call.
@@ -189,9 +235,9 @@ type StartToolCallReply struct {
 // FinishToolCall records a started call's output. The call and its output
 // become two context handles that compaction keeps together.
 type FinishToolCall struct {
-	Mutation `msgpack:",inline"`
-	FrameID  string `msgpack:"f,omitempty"`
-	CallID   string `msgpack:"id"`
+	Header  `msgpack:",inline"`
+	FrameID string `msgpack:"f,omitempty"`
+	CallID  string `msgpack:"id"`
 	// Call is the call's context text; empty means "name(input)".
 	Call     string              `msgpack:"cl,omitempty"`
 	Output   string              `msgpack:"o"`
@@ -211,7 +257,7 @@ type FinishToolCallReply struct {
 
 // AssembleContextPack asks for a frame's context fitted to a token budget.
 type AssembleContextPack struct {
-	Scope          string           `msgpack:"sc"`
+	Header         `msgpack:",inline"`
 	FrameID        string           `msgpack:"f,omitempty"`
 	BudgetTokens   int64            `msgpack:"b"`
 	Role           string           `msgpack:"r,omitempty"`
@@ -219,9 +265,6 @@ type AssembleContextPack struct {
 	ExcludeHandles []string         `msgpack:"xh,omitempty"`
 	MinCompaction  compaction.Level `msgpack:"mc,omitempty"`
 }
-
-// ScopeName returns the scope.
-func (r *AssembleContextPack) ScopeName() string { return r.Scope }
 
 // Breadcrumb is one ancestor of the packed frame, root first.
 type Breadcrumb struct {
@@ -284,10 +327,10 @@ type ContextPack struct {
 
 // SuspendFrame pauses a frame and returns a signed, single-use token.
 type SuspendFrame struct {
-	Mutation `msgpack:",inline"`
-	FrameID  string               `msgpack:"f,omitempty"`
-	Reason   frames.SuspendReason `msgpack:"r"`
-	Note     string               `msgpack:"n,omitempty"`
+	Header  `msgpack:",inline"`
+	FrameID string               `msgpack:"f,omitempty"`
+	Reason  frames.SuspendReason `msgpack:"r"`
+	Note    string               `msgpack:"n,omitempty"`
 	// TTLMillis is how long the token stays valid; 0 means the server's
 	// default, and the server caps it.
 	TTLMillis int64 `msgpack:"ttl,omitempty"`
@@ -308,8 +351,8 @@ type SuspensionToken struct {
 
 // ResumeFrame resumes a suspended frame with its token.
 type ResumeFrame struct {
-	Mutation `msgpack:",inline"`
-	Token    string `msgpack:"tk"`
+	Header `msgpack:",inline"`
+	Token  string `msgpack:"tk"`
 }
 
 // ResumeFrameReply names the resumed frame.
@@ -338,7 +381,7 @@ const (
 // CompactContext permanently compacts a frame's live context toward
 // TargetTokens. Removed handles stay readable in the log.
 type CompactContext struct {
-	Mutation     `msgpack:",inline"`
+	Header       `msgpack:",inline"`
 	FrameID      string   `msgpack:"f,omitempty"`
 	TargetTokens int64    `msgpack:"t"`
 	Strategy     Strategy `msgpack:"s"`
@@ -367,7 +410,7 @@ type CompactionResult struct {
 // otherwise it appends actor.resumed. A repeat of RequestID appends nothing
 // and returns the current state.
 type ResumeActor struct {
-	Mutation `msgpack:",inline"`
+	Header `msgpack:",inline"`
 }
 
 // FrameSummary is a frame without its context content.
@@ -414,13 +457,10 @@ type ActorResumeState struct {
 
 // GetFrame reads one frame; WithHandles includes its context handles.
 type GetFrame struct {
-	Scope       string `msgpack:"sc"`
+	Header      `msgpack:",inline"`
 	FrameID     string `msgpack:"f,omitempty"`
 	WithHandles bool   `msgpack:"wh,omitempty"`
 }
-
-// ScopeName returns the scope.
-func (r *GetFrame) ScopeName() string { return r.Scope }
 
 // GetFrameReply carries the frame (a copy).
 type GetFrameReply struct {
@@ -431,12 +471,9 @@ type GetFrameReply struct {
 // GetStack reads the path root → frame (the top of the stack when FrameID
 // is empty).
 type GetStack struct {
-	Scope   string `msgpack:"sc"`
+	Header  `msgpack:",inline"`
 	FrameID string `msgpack:"f,omitempty"`
 }
-
-// ScopeName returns the scope.
-func (r *GetStack) ScopeName() string { return r.Scope }
 
 // GetStackReply carries the stack, root first.
 type GetStackReply struct {

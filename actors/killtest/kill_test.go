@@ -55,7 +55,7 @@ func killChild(path string) {
 	if err != nil {
 		panic(err)
 	}
-	tok, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: messages.Mutation{Scope: "killed", RequestID: "suspend-1"},
+	tok, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: messages.Header{Scope: "killed", RequestID: "suspend-1"},
 		FrameID: push.FrameID, Reason: frames.SuspendApproval})
 	if err != nil {
 		panic(err)
@@ -66,7 +66,7 @@ func killChild(path string) {
 }
 
 func killPush() *messages.PushFrame {
-	return &messages.PushFrame{Mutation: messages.Mutation{Scope: "killed", RequestID: "push-1"}, Goal: "survive a kill",
+	return &messages.PushFrame{Header: messages.Header{Scope: "killed", RequestID: "push-1"}, Goal: "survive a kill",
 		Budget: budget.TokenBudget{Total: 1000}}
 }
 
@@ -107,9 +107,9 @@ func TestKilledAfterAck(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, before.Version, after.Version, "nothing appended")
 
-	_, err = c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: messages.Mutation{Scope: "killed"}, Token: tok.Token})
+	_, err = c.ResumeFrame(ctx, &messages.ResumeFrame{Header: messages.Header{Scope: "killed"}, Token: tok.Token})
 	require.NoError(t, err, "a token issued before the kill resumes after it")
-	_, err = c.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: messages.Mutation{Scope: "killed"}, Token: tok.Token})
+	_, err = c.ResumeFrame(ctx, &messages.ResumeFrame{Header: messages.Header{Scope: "killed"}, Token: tok.Token})
 	assert.ErrorIs(t, err, actors.ErrTokenUsed, "and only once")
 }
 

@@ -120,7 +120,7 @@ func TestEveryRequestHasARegisteredReply(t *testing.T) {
 }
 
 func TestUndecodableEnvelopesBecomeErrors(t *testing.T) {
-	good, err := wire.Encode(&messages.PushFrame{Mutation: messages.Mutation{Scope: "s", RequestID: "r1"}, Goal: "plan"}, 0)
+	good, err := wire.Encode(&messages.PushFrame{Header: messages.Header{Scope: "s", RequestID: "r1"}, Goal: "plan"}, 0)
 	require.NoError(t, err)
 	ser, err := good.Serialize()
 	require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestUndecodableEnvelopesBecomeErrors(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	big := &messages.AddContextHandle{Mutation: messages.Mutation{Scope: "s", RequestID: "r"}, Content: strings.Repeat("x", wire.DefaultMaxBytes)}
+	big := &messages.AddContextHandle{Header: messages.Header{Scope: "s", RequestID: "r"}, Content: strings.Repeat("x", wire.DefaultMaxBytes)}
 	_, err := wire.Encode(big, 0)
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, messages.ErrTooLarge))

@@ -34,14 +34,14 @@ func TestInspectListsAbandonedToolCalls(t *testing.T) {
 		require.NoError(t, err)
 		defer srv.Stop()
 		c, ctx := srv.Client(), context.Background()
-		m := messages.Mutation{Scope: "agent-8"}
-		root, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m, Goal: "plan", Budget: budget.TokenBudget{Total: 100}})
+		m := messages.Header{Scope: "agent-8"}
+		root, err := c.PushFrame(ctx, &messages.PushFrame{Header: m, Goal: "plan", Budget: budget.TokenBudget{Total: 100}})
 		require.NoError(t, err)
-		child, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m, ParentID: root.FrameID, Goal: "pay", Budget: budget.TokenBudget{Total: 10}})
+		child, err := c.PushFrame(ctx, &messages.PushFrame{Header: m, ParentID: root.FrameID, Goal: "pay", Budget: budget.TokenBudget{Total: 10}})
 		require.NoError(t, err)
-		_, err = c.StartToolCall(ctx, &messages.StartToolCall{Mutation: m, FrameID: child.FrameID, CallID: "call-pay-1", Name: "charge_card"})
+		_, err = c.StartToolCall(ctx, &messages.StartToolCall{Header: m, FrameID: child.FrameID, CallID: "call-pay-1", Name: "charge_card"})
 		require.NoError(t, err)
-		_, err = c.PopFrame(ctx, &messages.PopFrame{Mutation: m, FrameID: child.FrameID, Status: frames.StatusFailed})
+		_, err = c.PopFrame(ctx, &messages.PopFrame{Header: m, FrameID: child.FrameID, Status: frames.StatusFailed})
 		require.NoError(t, err)
 	}()
 	var out, errb bytes.Buffer

@@ -38,16 +38,16 @@ func populate(t *testing.T, dir string) {
 	require.NoError(t, err)
 	defer srv.Stop()
 	c, ctx := srv.Client(), context.Background()
-	m := messages.Mutation{Scope: "agent-7"}
-	root, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m, Goal: "plan the trip", Budget: budget.TokenBudget{Total: 8000}})
+	m := messages.Header{Scope: "agent-7"}
+	root, err := c.PushFrame(ctx, &messages.PushFrame{Header: m, Goal: "plan the trip", Budget: budget.TokenBudget{Total: 8000}})
 	require.NoError(t, err)
-	child, err := c.PushFrame(ctx, &messages.PushFrame{Mutation: m, ParentID: root.FrameID, Goal: "book flights", Budget: budget.TokenBudget{Total: 2000}})
+	child, err := c.PushFrame(ctx, &messages.PushFrame{Header: m, ParentID: root.FrameID, Goal: "book flights", Budget: budget.TokenBudget{Total: 2000}})
 	require.NoError(t, err)
-	_, err = c.RecordUsage(ctx, &messages.RecordUsage{Mutation: m, FrameID: child.FrameID, Cost: budget.Cost{InputTokens: 300}})
+	_, err = c.RecordUsage(ctx, &messages.RecordUsage{Header: m, FrameID: child.FrameID, Cost: budget.Cost{InputTokens: 300}})
 	require.NoError(t, err)
-	_, err = c.StartToolCall(ctx, &messages.StartToolCall{Mutation: m, FrameID: child.FrameID, Name: "book"})
+	_, err = c.StartToolCall(ctx, &messages.StartToolCall{Header: m, FrameID: child.FrameID, Name: "book"})
 	require.NoError(t, err)
-	_, err = c.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: m, FrameID: child.FrameID, Reason: frames.SuspendApproval})
+	_, err = c.SuspendFrame(ctx, &messages.SuspendFrame{Header: m, FrameID: child.FrameID, Reason: frames.SuspendApproval})
 	require.NoError(t, err)
 }
 

@@ -94,7 +94,7 @@ func (a *agent) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
 		// Recovery first: what did a previous run leave behind?
-		st, err := a.si.ResumeActor(context.Background(), &messages.ResumeActor{Mutation: messages.Mutation{Scope: scope}})
+		st, err := a.si.ResumeActor(context.Background(), &messages.ResumeActor{Header: messages.Header{Scope: scope}})
 		if err != nil {
 			a.done <- err
 			return
@@ -124,8 +124,8 @@ func report(st *messages.ActorResumeState) {
 
 // m builds the mutation header of a plan step: its request id is the step's
 // name, so a replayed step is answered from the log instead of redone.
-func (a *agent) m(step string) messages.Mutation {
-	return messages.Mutation{Scope: scope, RequestID: step}
+func (a *agent) m(step string) messages.Header {
+	return messages.Header{Scope: scope, RequestID: step}
 }
 
 // wrote reports a step and simulates a kill when asked to. A step whose
@@ -145,13 +145,13 @@ func (a *agent) wrote(version int64, what string) {
 
 func (a *agent) plan(ctx context.Context) error {
 	si := a.si
-	root, err := si.PushFrame(ctx, &messages.PushFrame{Mutation: a.m("root/push"), Goal: "write a report on StateIndex",
+	root, err := si.PushFrame(ctx, &messages.PushFrame{Header: a.m("root/push"), Goal: "write a report on StateIndex",
 		Budget: budget.TokenBudget{Total: 8000, MaxSubframeDepth: 3}, Limits: budget.Limits{Turns: 20, SpendMicros: 500_000}})
 	if err != nil {
 		return err
 	}
 	a.wrote(root.Version, "root frame "+root.FrameID[:8])
-	sys, err := si.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: a.m("root/system"), FrameID: root.FrameID,
+	sys, err := si.AddContextHandle(ctx, &messages.AddContextHandle{Header: a.m("root/system"), FrameID: root.FrameID,
 		Kind: "system", Priority: compaction.Critical, Content: "You write short, exact technical reports."})
 	if err != nil {
 		return err
@@ -164,7 +164,7 @@ func (a *agent) plan(ctx context.Context) error {
 		}
 	}
 
-	pack, err := si.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: scope, FrameID: root.FrameID, BudgetTokens: 600, Role: "writer"})
+	pack, err := si.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: scope}, FrameID: root.FrameID, BudgetTokens: 600, Role: "writer"})
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (a *agent) plan(ctx context.Context) error {
 
 	// Ask a human. Repeating the request id returns the very same token, so
 	// a crash right after suspending loses nothing.
-	tok, err := si.SuspendFrame(ctx, &messages.SuspendFrame{Mutation: a.m("root/suspend-approval"), FrameID: root.FrameID,
+	tok, err := si.SuspendFrame(ctx, &messages.SuspendFrame{Header: a.m("root/suspend-approval"), FrameID: root.FrameID,
 		Reason: frames.SuspendApproval, Note: "publish the report?"})
 	if err != nil {
 		return err
@@ -183,18 +183,18 @@ func (a *agent) plan(ctx context.Context) error {
 		fmt.Println("waiting for approval: run again with --approve")
 		return nil
 	}
-	res, err := si.ResumeFrame(ctx, &messages.ResumeFrame{Mutation: a.m("root/resume-approved"), Token: tok.Token})
+	res, err := si.ResumeFrame(ctx, &messages.ResumeFrame{Header: a.m("root/resume-approved"), Token: tok.Token})
 	if err != nil {
 		return err
 	}
 	a.wrote(res.Version, "approved and resumed")
-	out, err := si.AddResult(ctx, &messages.AddResult{Mutation: a.m("root/result"), FrameID: root.FrameID,
+	out, err := si.AddResult(ctx, &messages.AddResult{Header: a.m("root/result"), FrameID: root.FrameID,
 		Kind: "file", Ref: "reports/stateindex.md", Summary: "three findings"})
 	if err != nil {
 		return err
 	}
 	a.wrote(out.Version, "result recorded")
-	pop, err := si.PopFrame(ctx, &messages.PopFrame{Mutation: a.m("root/pop"), FrameID: root.FrameID, Status: frames.StatusCompleted})
+	pop, err := si.PopFrame(ctx, &messages.PopFrame{Header: a.m("root/pop"), FrameID: root.FrameID, Status: frames.StatusCompleted})
 	if err != nil {
 		return err
 	}
@@ -207,14 +207,14 @@ func (a *agent) plan(ctx context.Context) error {
 // journalled tool call, record usage, pop (returning unused tokens).
 func (a *agent) research(ctx context.Context, parent, topic string) error {
 	si := a.si
-	step := func(s string) messages.Mutation { return a.m("research/" + topic + "/" + s) }
-	sub, err := si.PushFrame(ctx, &messages.PushFrame{Mutation: step("push"), ParentID: parent, Goal: "research " + topic,
+	step := func(s string) messages.Header { return a.m("research/" + topic + "/" + s) }
+	sub, err := si.PushFrame(ctx, &messages.PushFrame{Header: step("push"), ParentID: parent, Goal: "research " + topic,
 		Budget: budget.TokenBudget{Total: 1500}})
 	if err != nil {
 		return err
 	}
 	a.wrote(sub.Version, "subframe "+topic)
-	call, err := si.StartToolCall(ctx, &messages.StartToolCall{Mutation: step("tool-start"), FrameID: sub.FrameID,
+	call, err := si.StartToolCall(ctx, &messages.StartToolCall{Header: step("tool-start"), FrameID: sub.FrameID,
 		Name: "search", Input: []byte(`{"q":"` + topic + `"}`)})
 	if err != nil {
 		return err
@@ -223,31 +223,31 @@ func (a *agent) research(ctx context.Context, parent, topic string) error {
 	// The search itself happens here, outside StateIndex. If we crash now,
 	// the next ResumeActor reports this call as in doubt.
 	output := fmt.Sprintf("%s: measured at %s; see docs/%s.md (3 sources)", topic, time.Duration(len(topic))*time.Millisecond, topic)
-	fin, err := si.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: step("tool-finish"), FrameID: sub.FrameID,
+	fin, err := si.FinishToolCall(ctx, &messages.FinishToolCall{Header: step("tool-finish"), FrameID: sub.FrameID,
 		CallID: call.CallID, Output: output, Priority: compaction.High})
 	if err != nil {
 		return err
 	}
 	a.wrote(fin.Version, "tool result recorded")
-	note, err := si.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: step("note"), FrameID: sub.FrameID,
+	note, err := si.AddContextHandle(ctx, &messages.AddContextHandle{Header: step("note"), FrameID: sub.FrameID,
 		Priority: compaction.Low, Content: "background reading on " + topic})
 	if err != nil {
 		return err
 	}
 	a.wrote(note.Version, "note added")
-	use, err := si.RecordUsage(ctx, &messages.RecordUsage{Mutation: step("usage"), FrameID: sub.FrameID,
+	use, err := si.RecordUsage(ctx, &messages.RecordUsage{Header: step("usage"), FrameID: sub.FrameID,
 		Cost: budget.Cost{InputTokens: 700, OutputTokens: 300, Turns: 1, SpendMicros: 12_000}})
 	if err != nil {
 		return err
 	}
 	a.wrote(use.Version, "usage recorded")
-	pop, err := si.PopFrame(ctx, &messages.PopFrame{Mutation: step("pop"), FrameID: sub.FrameID, Status: frames.StatusCompleted})
+	pop, err := si.PopFrame(ctx, &messages.PopFrame{Header: step("pop"), FrameID: sub.FrameID, Status: frames.StatusCompleted})
 	if err != nil {
 		return err
 	}
 	a.wrote(pop.Version, fmt.Sprintf("subframe %s completed: used %d of %d", topic, pop.ChargedTokens, pop.Released))
 	// The finding travels up to the parent's context for its next pack.
-	up, err := si.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: step("finding"), FrameID: parent,
+	up, err := si.AddContextHandle(ctx, &messages.AddContextHandle{Header: step("finding"), FrameID: parent,
 		Kind: "finding", Priority: compaction.High, Content: output})
 	if err != nil {
 		return err

@@ -110,7 +110,7 @@ type work struct{}
 func (a *agent) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
-		st, err := a.si.ResumeActor(context.Background(), &messages.ResumeActor{Mutation: messages.Mutation{Scope: a.scope, RequestID: a.id("resume")}})
+		st, err := a.si.ResumeActor(context.Background(), &messages.ResumeActor{Header: messages.Header{Scope: a.scope, RequestID: a.id("resume")}})
 		if err != nil {
 			a.done <- err
 			return
@@ -134,51 +134,51 @@ func (a *agent) id(name string) string {
 	return fmt.Sprintf("run%d-%02d-%s", a.run, a.step, name)
 }
 
-func (a *agent) mut(name string) messages.Mutation {
-	return messages.Mutation{Scope: a.scope, RequestID: a.id(name)}
+func (a *agent) mut(name string) messages.Header {
+	return messages.Header{Scope: a.scope, RequestID: a.id(name)}
 }
 
 func (a *agent) task(ctx context.Context) error {
-	root, err := a.si.PushFrame(ctx, &messages.PushFrame{Mutation: a.mut("push-root"), Goal: fmt.Sprintf("task %d: compare two databases", a.run),
+	root, err := a.si.PushFrame(ctx, &messages.PushFrame{Header: a.mut("push-root"), Goal: fmt.Sprintf("task %d: compare two databases", a.run),
 		Budget: budget.TokenBudget{Total: 8000}})
 	if err != nil {
 		return err
 	}
 	fmt.Printf("pushed root frame %s (scope version %d)\n", short(root.FrameID), root.Version)
-	sub, err := a.si.PushFrame(ctx, &messages.PushFrame{Mutation: a.mut("push-sub"), ParentID: root.FrameID, Goal: "read the benchmarks",
+	sub, err := a.si.PushFrame(ctx, &messages.PushFrame{Header: a.mut("push-sub"), ParentID: root.FrameID, Goal: "read the benchmarks",
 		Budget: budget.TokenBudget{Total: 3000}})
 	if err != nil {
 		return err
 	}
 	fmt.Printf("pushed subframe %s with 3000 of the root's tokens\n", short(sub.FrameID))
-	if _, err := a.si.AddContextHandle(ctx, &messages.AddContextHandle{Mutation: a.mut("context"), FrameID: sub.FrameID,
+	if _, err := a.si.AddContextHandle(ctx, &messages.AddContextHandle{Header: a.mut("context"), FrameID: sub.FrameID,
 		Priority: compaction.Critical, Content: "The user needs durability first, then latency."}); err != nil {
 		return err
 	}
-	call, err := a.si.StartToolCall(ctx, &messages.StartToolCall{Mutation: a.mut("tool-start"), FrameID: sub.FrameID, Name: "fetch", Input: []byte(`{"url":"docs/BENCHMARKS.md"}`)})
+	call, err := a.si.StartToolCall(ctx, &messages.StartToolCall{Header: a.mut("tool-start"), FrameID: sub.FrameID, Name: "fetch", Input: []byte(`{"url":"docs/BENCHMARKS.md"}`)})
 	if err != nil {
 		return err
 	}
-	if _, err := a.si.FinishToolCall(ctx, &messages.FinishToolCall{Mutation: a.mut("tool-finish"), FrameID: sub.FrameID, CallID: call.CallID,
+	if _, err := a.si.FinishToolCall(ctx, &messages.FinishToolCall{Header: a.mut("tool-finish"), FrameID: sub.FrameID, CallID: call.CallID,
 		Output: "bbolt with group commit: 17k durable appends/s at 64 writers"}); err != nil {
 		return err
 	}
-	if _, err := a.si.RecordUsage(ctx, &messages.RecordUsage{Mutation: a.mut("usage"), FrameID: sub.FrameID,
+	if _, err := a.si.RecordUsage(ctx, &messages.RecordUsage{Header: a.mut("usage"), FrameID: sub.FrameID,
 		Cost: budget.Cost{InputTokens: 1200, OutputTokens: 300, Turns: 1}}); err != nil {
 		return err
 	}
-	pack, err := a.si.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: a.scope, FrameID: sub.FrameID, BudgetTokens: 1000})
+	pack, err := a.si.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: a.scope}, FrameID: sub.FrameID, BudgetTokens: 1000})
 	if err != nil {
 		return err
 	}
 	fmt.Printf("context pack: %d of %d tokens, %d segment(s), %d breadcrumb(s)\n",
 		pack.TokenSummary.Used, pack.TokenSummary.Budget, len(pack.Segments), len(pack.Breadcrumbs))
-	popped, err := a.si.PopFrame(ctx, &messages.PopFrame{Mutation: a.mut("pop-sub"), FrameID: sub.FrameID, Status: frames.StatusCompleted})
+	popped, err := a.si.PopFrame(ctx, &messages.PopFrame{Header: a.mut("pop-sub"), FrameID: sub.FrameID, Status: frames.StatusCompleted})
 	if err != nil {
 		return err
 	}
 	fmt.Printf("popped the subframe: %d tokens back to the root, %d charged\n", popped.Released, popped.ChargedTokens)
-	done, err := a.si.PopFrame(ctx, &messages.PopFrame{Mutation: a.mut("pop-root"), FrameID: root.FrameID, Status: frames.StatusCompleted})
+	done, err := a.si.PopFrame(ctx, &messages.PopFrame{Header: a.mut("pop-root"), FrameID: root.FrameID, Status: frames.StatusCompleted})
 	if err != nil {
 		return err
 	}

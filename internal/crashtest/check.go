@@ -393,7 +393,7 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 	w := &Storm{C: srv.Client(), Log: sl, Prefix: fmt.Sprintf("check%d", cycle)}
 	for _, name := range streams {
 		want := replayed[name]
-		reply, err := w.send(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: name}})
+		reply, err := w.send(ctx, &messages.ResumeActor{Header: messages.Header{Scope: name}})
 		if err != nil {
 			return err
 		}
@@ -425,7 +425,7 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 		}
 		sort.Strings(ids)
 		for _, id := range ids {
-			fr, err := w.C.GetFrame(ctx, &messages.GetFrame{Scope: name, FrameID: id, WithHandles: true})
+			fr, err := w.C.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: name}, FrameID: id, WithHandles: true})
 			if err != nil {
 				return fmt.Errorf("scope %q: GetFrame(%s): %w", name, id, err)
 			}

@@ -296,7 +296,7 @@ func call(ctx context.Context, c *actors.Client, req messages.Request) (messages
 // Resume rebuilds the storm's view of a scope with ResumeActor, as an
 // agent actor's Started handler would.
 func (w *Storm) Resume(ctx context.Context, name string) (*scope, error) {
-	reply, err := w.send(ctx, &messages.ResumeActor{Mutation: messages.Mutation{Scope: name}})
+	reply, err := w.send(ctx, &messages.ResumeActor{Header: messages.Header{Scope: name}})
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +315,7 @@ func (w *Storm) Resume(ctx context.Context, name string) (*scope, error) {
 	return s, nil
 }
 
-func mut(s *scope) messages.Mutation { return messages.Mutation{Scope: s.name} }
+func mut(s *scope) messages.Header { return messages.Header{Scope: s.name} }
 
 // Step sends one random request on s (reads now and then too). A refusal
 // is not an error: the view is marked stale and re-read next time.
@@ -342,7 +342,7 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		if rng.IntN(3) == 0 {
 			limits.Turns = 2 + int64(rng.IntN(3))
 		}
-		r, err := w.send(ctx, &messages.PushFrame{Mutation: mut(s), Goal: fmt.Sprintf("root goal %d", rng.IntN(1000)),
+		r, err := w.send(ctx, &messages.PushFrame{Header: mut(s), Goal: fmt.Sprintf("root goal %d", rng.IntN(1000)),
 			Inputs: inputs(rng), Budget: budget.TokenBudget{Total: 1_000_000, MaxSubframeDepth: 4}, Limits: limits})
 		if err != nil {
 			return err
@@ -361,7 +361,7 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		if f.token == "" || rng.IntN(6) == 0 {
 			return w.pop(ctx, rng, s, f, true)
 		}
-		if _, err := w.send(ctx, &messages.ResumeFrame{Mutation: mut(s), Token: f.token}); err != nil {
+		if _, err := w.send(ctx, &messages.ResumeFrame{Header: mut(s), Token: f.token}); err != nil {
 			return err
 		}
 		f.status, f.token = frames.StatusActive, ""
@@ -383,7 +383,7 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 	}
 	switch op := rng.IntN(23); {
 	case op < 3 && f.depth < 3:
-		r, err := w.send(ctx, &messages.PushFrame{Mutation: mut(s), ParentID: f.id, Goal: fmt.Sprintf("subtask %d", rng.IntN(1000)),
+		r, err := w.send(ctx, &messages.PushFrame{Header: mut(s), ParentID: f.id, Goal: fmt.Sprintf("subtask %d", rng.IntN(1000)),
 			Budget: budget.TokenBudget{Total: 2000 + int64(rng.IntN(3000))}, Inputs: inputs(rng)})
 		if err != nil {
 			return err
@@ -395,11 +395,11 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 	case op < 7:
 		return w.addHandle(ctx, rng, s, f)
 	case op < 8:
-		_, err := w.send(ctx, &messages.AddResult{Mutation: mut(s), FrameID: f.id, Kind: "file", Ref: fmt.Sprintf("/out/%d.txt", rng.IntN(1e6)),
+		_, err := w.send(ctx, &messages.AddResult{Header: mut(s), FrameID: f.id, Kind: "file", Ref: fmt.Sprintf("/out/%d.txt", rng.IntN(1e6)),
 			Summary: "a result"})
 		return err
 	case op < 10:
-		r, err := w.send(ctx, &messages.RecordUsage{Mutation: mut(s), FrameID: f.id,
+		r, err := w.send(ctx, &messages.RecordUsage{Header: mut(s), FrameID: f.id,
 			Cost: budget.Cost{InputTokens: int64(rng.IntN(200)), OutputTokens: int64(rng.IntN(100)), Turns: 1, SpendMicros: int64(rng.IntN(500))}})
 		if err != nil {
 			return err
@@ -409,7 +409,7 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		}
 		return nil
 	case op < 12:
-		r, err := w.send(ctx, &messages.StartToolCall{Mutation: mut(s), FrameID: f.id, Name: "search", Input: []byte(`{"q":"x"}`)})
+		r, err := w.send(ctx, &messages.StartToolCall{Header: mut(s), FrameID: f.id, Name: "search", Input: []byte(`{"q":"x"}`)})
 		if err != nil {
 			return err
 		}
@@ -417,7 +417,7 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		return nil
 	case op < 14 && len(f.calls) > 0:
 		i := rng.IntN(len(f.calls))
-		_, err := w.send(ctx, &messages.FinishToolCall{Mutation: mut(s), FrameID: f.id, CallID: f.calls[i],
+		_, err := w.send(ctx, &messages.FinishToolCall{Header: mut(s), FrameID: f.id, CallID: f.calls[i],
 			Output: strings.Repeat("result text ", 1+rng.IntN(40)), IsError: rng.IntN(10) == 0})
 		if err != nil {
 			return err
@@ -428,14 +428,14 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 	case op < 15:
 		return w.update(ctx, rng, s, f)
 	case op < 16:
-		r, err := w.send(ctx, &messages.SuspendFrame{Mutation: mut(s), FrameID: f.id, Reason: frames.SuspendApproval, Note: "needs a human"})
+		r, err := w.send(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: f.id, Reason: frames.SuspendApproval, Note: "needs a human"})
 		if err != nil {
 			return err
 		}
 		f.status, f.token = frames.StatusSuspended, r.(*messages.SuspensionToken).Token
 		return nil
 	case op < 18 && f.handles >= 2:
-		r, err := w.send(ctx, &messages.CompactContext{Mutation: mut(s), FrameID: f.id, TargetTokens: int64(rng.IntN(200)),
+		r, err := w.send(ctx, &messages.CompactContext{Header: mut(s), FrameID: f.id, TargetTokens: int64(rng.IntN(200)),
 			Strategy: messages.Strategy{Kind: []string{messages.StrategyPriorityBased, messages.StrategySummarizeOldest}[rng.IntN(2)], KeepRecent: 1}})
 		if err != nil {
 			return err
@@ -463,7 +463,7 @@ func (w *Storm) addHandle(ctx context.Context, rng *rand.Rand, s *scope, f *mfra
 	if prio == compaction.Critical && rng.IntN(3) > 0 {
 		prio = compaction.Low
 	}
-	_, err := w.send(ctx, &messages.AddContextHandle{Mutation: mut(s), FrameID: f.id, Priority: prio,
+	_, err := w.send(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: f.id, Priority: prio,
 		Content: strings.Repeat("context words ", 1+rng.IntN(60))})
 	if err == nil {
 		f.handles++
@@ -473,13 +473,13 @@ func (w *Storm) addHandle(ctx context.Context, rng *rand.Rand, s *scope, f *mfra
 
 func (w *Storm) update(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {
 	goal := fmt.Sprintf("revised goal %d", rng.IntN(1000))
-	_, err := w.send(ctx, &messages.UpdateFrame{Mutation: mut(s), FrameID: f.id, Goal: &goal, ReserveDelta: int64(rng.IntN(50))})
+	_, err := w.send(ctx, &messages.UpdateFrame{Header: mut(s), FrameID: f.id, Goal: &goal, ReserveDelta: int64(rng.IntN(50))})
 	return err
 }
 
 func (w *Storm) pop(ctx context.Context, rng *rand.Rand, s *scope, f *mframe, cascade bool) error {
 	status := []frames.Status{frames.StatusCompleted, frames.StatusCompleted, frames.StatusFailed, frames.StatusCancelled}[rng.IntN(4)]
-	r, err := w.send(ctx, &messages.PopFrame{Mutation: mut(s), FrameID: f.id, Status: status, Cascade: cascade})
+	r, err := w.send(ctx, &messages.PopFrame{Header: mut(s), FrameID: f.id, Status: status, Cascade: cascade})
 	if err != nil {
 		return err
 	}
@@ -505,9 +505,9 @@ func (w *Storm) pop(ctx context.Context, rng *rand.Rand, s *scope, f *mframe, ca
 func (w *Storm) read(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {
 	var err error
 	if rng.IntN(2) == 0 {
-		_, err = w.C.AssembleContextPack(ctx, &messages.AssembleContextPack{Scope: s.name, FrameID: f.id, BudgetTokens: 600 + int64(rng.IntN(4000))})
+		_, err = w.C.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s.name}, FrameID: f.id, BudgetTokens: 600 + int64(rng.IntN(4000))})
 	} else {
-		_, err = w.C.GetStack(ctx, &messages.GetStack{Scope: s.name, FrameID: f.id})
+		_, err = w.C.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: s.name}, FrameID: f.id})
 	}
 	var me *messages.Error
 	if errors.As(err, &me) && refusable(me.Code) {

@@ -25,10 +25,10 @@ const (
 // Build returns the request a step records. Besides the mutating
 // operations it builds GetStack (Scope, FrameID).
 func Build(s Step) (messages.Request, error) {
-	mut := messages.Mutation{Scope: s.Scope, RequestID: s.RequestID, IfVersion: s.IfVersion, Reason: frames.Reason(s.Reason)}
+	mut := messages.Header{Scope: s.Scope, RequestID: s.RequestID, IfVersion: s.IfVersion, Reason: frames.Reason(s.Reason)}
 	switch s.Op {
 	case "PushFrame":
-		r := &messages.PushFrame{Mutation: mut, ParentID: s.ParentID, Inputs: s.Inputs}
+		r := &messages.PushFrame{Header: mut, ParentID: s.ParentID, Inputs: s.Inputs}
 		if s.Goal != nil {
 			r.Goal = *s.Goal
 		}
@@ -44,47 +44,47 @@ func Build(s Step) (messages.Request, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &messages.PopFrame{Mutation: mut, FrameID: s.FrameID, Status: st, Cascade: s.Cascade}, nil
+		return &messages.PopFrame{Header: mut, FrameID: s.FrameID, Status: st, Cascade: s.Cascade}, nil
 	case "UpdateFrame":
-		return &messages.UpdateFrame{Mutation: mut, FrameID: s.FrameID, Goal: s.Goal, Inputs: s.Inputs, SetInputs: s.SetInputs,
+		return &messages.UpdateFrame{Header: mut, FrameID: s.FrameID, Goal: s.Goal, Inputs: s.Inputs, SetInputs: s.SetInputs,
 			Limits: s.Limits, ReserveDelta: s.ReserveDelta, ContextHash: s.ContextHash}, nil
 	case "AddContextHandle":
-		r := &messages.AddContextHandle{Mutation: mut, FrameID: s.FrameID, HandleID: s.HandleID, Kind: s.Kind, Content: s.Content}
+		r := &messages.AddContextHandle{Header: mut, FrameID: s.FrameID, HandleID: s.HandleID, Kind: s.Kind, Content: s.Content}
 		if s.Priority != nil {
 			r.Priority = *s.Priority
 		}
 		return r, nil
 	case "AddResult":
-		return &messages.AddResult{Mutation: mut, FrameID: s.FrameID, ResultID: s.ResultID, Kind: s.Kind, Ref: s.Ref, Summary: s.Summary}, nil
+		return &messages.AddResult{Header: mut, FrameID: s.FrameID, ResultID: s.ResultID, Kind: s.Kind, Ref: s.Ref, Summary: s.Summary}, nil
 	case "RecordUsage":
-		r := &messages.RecordUsage{Mutation: mut, FrameID: s.FrameID}
+		r := &messages.RecordUsage{Header: mut, FrameID: s.FrameID}
 		if s.Cost != nil {
 			r.Cost = *s.Cost
 		}
 		return r, nil
 	case "StartToolCall":
-		return &messages.StartToolCall{Mutation: mut, FrameID: s.FrameID, CallID: s.CallID, Name: s.Name, Input: s.Input}, nil
+		return &messages.StartToolCall{Header: mut, FrameID: s.FrameID, CallID: s.CallID, Name: s.Name, Input: s.Input}, nil
 	case "FinishToolCall":
-		r := &messages.FinishToolCall{Mutation: mut, FrameID: s.FrameID, CallID: s.CallID, Call: s.Call, Output: s.Output, IsError: s.IsError}
+		r := &messages.FinishToolCall{Header: mut, FrameID: s.FrameID, CallID: s.CallID, Call: s.Call, Output: s.Output, IsError: s.IsError}
 		if s.Priority != nil {
 			r.Priority = *s.Priority
 		}
 		return r, nil
 	case "SuspendFrame":
-		return &messages.SuspendFrame{Mutation: mut, FrameID: s.FrameID, Reason: frames.SuspendReason(s.SuspendAs), Note: s.Note, TTLMillis: s.TTLMillis}, nil
+		return &messages.SuspendFrame{Header: mut, FrameID: s.FrameID, Reason: frames.SuspendReason(s.SuspendAs), Note: s.Note, TTLMillis: s.TTLMillis}, nil
 	case "ResumeFrame":
-		return &messages.ResumeFrame{Mutation: mut, Token: s.Token}, nil
+		return &messages.ResumeFrame{Header: mut, Token: s.Token}, nil
 	case "CompactContext":
-		r := &messages.CompactContext{Mutation: mut, FrameID: s.FrameID, TargetTokens: s.TargetTokens}
+		r := &messages.CompactContext{Header: mut, FrameID: s.FrameID, TargetTokens: s.TargetTokens}
 		if s.Strategy != nil {
 			r.Strategy = messages.Strategy{Kind: s.Strategy.Kind, KeepRecent: s.Strategy.KeepRecent,
 				MessageCount: s.Strategy.MessageCount, Custom: s.Strategy.Custom}
 		}
 		return r, nil
 	case "ResumeActor":
-		return &messages.ResumeActor{Mutation: messages.Mutation{Scope: s.Scope, RequestID: s.RequestID}}, nil
+		return &messages.ResumeActor{Header: messages.Header{Scope: s.Scope, RequestID: s.RequestID}}, nil
 	case OpGetStack:
-		return &messages.GetStack{Scope: s.Scope, FrameID: s.FrameID}, nil
+		return &messages.GetStack{Header: messages.Header{Scope: s.Scope}, FrameID: s.FrameID}, nil
 	}
 	return nil, fmt.Errorf("upgrade: step %d: unknown operation %q", s.N, s.Op)
 }

@@ -114,7 +114,7 @@ func run() error {
 	ready := time.Now().Add(30 * time.Second)
 	for _, s := range scopes {
 		for {
-			_, err := c.GetStack(context.Background(), &messages.GetStack{Scope: s})
+			_, err := c.GetStack(context.Background(), &messages.GetStack{Header: messages.Header{Scope: s}})
 			if err == nil || errors.Is(err, actors.ErrNoActiveFrame) {
 				break
 			}
@@ -133,7 +133,7 @@ func run() error {
 	for _, m := range members {
 		if m != homes[scopes[0]] && m != *listen {
 			direct := actors.NewClient(sys.Root, actors.RemotePID(m), *timeout)
-			_, err := direct.GetStack(context.Background(), &messages.GetStack{Scope: scopes[0]})
+			_, err := direct.GetStack(context.Background(), &messages.GetStack{Header: messages.Header{Scope: scopes[0]}})
 			emit(map[string]any{"ev": "misroute", "scope": scopes[0], "to": m, "badRequest": errors.Is(err, actors.ErrBadRequest), "err": fmt.Sprint(err)})
 			break
 		}
@@ -240,10 +240,10 @@ func step(c *actors.Client, s *scope, timeout time.Duration) (string, error) {
 	if s.push == nil && s.handle == nil {
 		s.attempt = 0
 		if s.frame == "" {
-			s.push = &messages.PushFrame{Mutation: messages.Mutation{Scope: s.name, RequestID: fmt.Sprintf("%s-op%d", s.name, s.n)},
+			s.push = &messages.PushFrame{Header: messages.Header{Scope: s.name, RequestID: fmt.Sprintf("%s-op%d", s.name, s.n)},
 				Goal: "serve " + s.name, Budget: budget.TokenBudget{Total: 1 << 40}}
 		} else {
-			s.handle = &messages.AddContextHandle{Mutation: messages.Mutation{Scope: s.name, RequestID: fmt.Sprintf("%s-op%d", s.name, s.n)},
+			s.handle = &messages.AddContextHandle{Header: messages.Header{Scope: s.name, RequestID: fmt.Sprintf("%s-op%d", s.name, s.n)},
 				FrameID: s.frame, HandleID: fmt.Sprintf("h%d", s.n), Priority: compaction.Medium,
 				Content: fmt.Sprintf("fact %d of %s", s.n, s.name)}
 		}

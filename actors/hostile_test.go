@@ -174,7 +174,10 @@ func TestHostileInputCatalogue(t *testing.T) {
 	m := func(id string) messages.Header { return messages.Header{Scope: s, RequestID: id} }
 	cases := []tc{
 		// Scopes: the rule ^[A-Za-z0-9._:-]{1,128}$, NUL and invalid UTF-8.
-		{"scope with a space", func() error { _, err := c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "no spaces"}}); return err }, actors.ErrInvalidScope, nil},
+		{"scope with a space", func() error {
+			_, err := c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "no spaces"}})
+			return err
+		}, actors.ErrInvalidScope, nil},
 		{"empty scope", func() error {
 			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(""), Goal: "g"})
 			return err
@@ -209,7 +212,10 @@ func TestHostileInputCatalogue(t *testing.T) {
 			_, err := c.AddResult(ctx, &messages.AddResult{Header: mut(s), FrameID: "\xc3\x28", Kind: "k", Ref: "r"})
 			return err
 		}, actors.ErrInvalidArgument, nil},
-		{"frame id too long", func() error { _, err := c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: s}, FrameID: longID}); return err }, actors.ErrInvalidArgument, nil},
+		{"frame id too long", func() error {
+			_, err := c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: s}, FrameID: longID})
+			return err
+		}, actors.ErrInvalidArgument, nil},
 		{"parent id with NUL", func() error {
 			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), ParentID: "p\x00", Goal: "g"})
 			return err

@@ -449,8 +449,10 @@ func (p *pendingCall) SendSystemMessage(*actor.PID, any) {}
 
 func (p *pendingCall) Stop(*actor.PID) { p.finish(nil, errNotDelivered) }
 
-// request sends msg to target and waits for the reply, the deadline, ctx,
-// or the loss of the connection. The reply is returned as received (a
+// request sends msg to target and waits for the reply, the end of ctx (the
+// request's deadline: call gives every request one), or the loss of the
+// connection; timeout is a backstop that the Client sets strictly later than
+// ctx's deadline. The reply is returned as received (a
 // *wire.Message for a remote peer); errors are those of the Client:
 // ErrTimeout (possibly an *OutcomeUnknownError) or errNotDelivered, which
 // the caller turns into an unavailable error.
@@ -476,14 +478,16 @@ func (t *remoteTransport) request(ctx context.Context, target *actor.PID, msg an
 	}()
 
 	t.sys.Root.RequestWithCustomSender(target, msg, pid)
+	// ctx carries the request's deadline; the timer is only a backstop for
+	// a context without one, and ends the request as the deadline would.
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case <-p.done:
-	case <-timer.C:
-		p.finish(nil, ErrTimeout)
 	case <-ctx.Done():
-		p.finish(nil, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err()))
+		p.finish(nil, timeoutError(ctx))
+	case <-timer.C:
+		p.finish(nil, timeoutError(ctx))
 	}
 	<-p.done
 	return p.res, p.err

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"reflect"
 	"time"
@@ -24,10 +25,18 @@ type Server struct {
 }
 
 // Start spawns the StateIndex on sys over store. The store stays the
-// caller's: Stop does not close it.
+// caller's: Stop does not close it. A nil store, or a nil pointer in a
+// store interface (what eventstore.Open returns beside its error), is
+// refused.
 func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server, error) {
-	if sys == nil || store == nil {
-		return nil, errors.New("actors: Start needs an actor system and a store")
+	if sys == nil {
+		return nil, errors.New("actors: Start needs an actor system, got nil")
+	}
+	if store == nil {
+		return nil, errors.New("actors: Start needs a store, got nil")
+	}
+	if v := reflect.ValueOf(store); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("actors: Start needs a store, got a nil %T (did opening it fail?)", store)
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {

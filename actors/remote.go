@@ -170,19 +170,31 @@ func (g *gateway) Receive(c actor.Context) {
 		g.serveWire(c, m)
 	case messages.Request:
 		if e := g.check(m); e != nil {
-			if c.Sender() != nil {
-				c.Respond(failure(m, e))
-			}
+			answer(c, failure(m, e), m, g.limit)
 			return
 		}
 		c.Forward(g.srv.shardPID(m.ScopeName()))
 	case actor.AutoReceiveMessage, actor.SystemMessage, *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
 	default:
-		// *cluster.ClusterInit lands here too, without a sender; only a
-		// caller waiting for an answer gets one.
-		if c.Sender() != nil {
-			c.Respond(failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)))
-		}
+		// Any other message: a protobuf message a remote peer sent (remoting
+		// carries those), or *cluster.ClusterInit, which has no sender; only
+		// a caller waiting for an answer gets one.
+		answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)), nil, g.limit)
+	}
+}
+
+// answer responds to the sender of c's message, if any, with r: as it is
+// to a sender in this process, encoded for the wire to a remote one (a reply
+// remoting cannot serialize is dropped, and its caller would wait for its
+// deadline instead). req is the request r answers, nil when there is none.
+func answer(c actor.Context, r messages.Reply, req messages.Request, limit int) {
+	to := c.Sender()
+	switch {
+	case to == nil:
+	case isRemote(c.ActorSystem(), to):
+		c.Respond(encodeReply(r, req, limit))
+	default:
+		c.Respond(r)
 	}
 }
 

@@ -326,3 +326,37 @@ func TestRemoteSurvivesAMessageOfAnUnknownProtobufType(t *testing.T) {
 	exited, _ := p.child.Exited()
 	assert.False(t, exited)
 }
+
+func TestRemoteNonStateIndexMessageGetsABadRequestReply(t *testing.T) {
+	p := newRemotePair(t)
+	cases := []struct {
+		name string
+		msg  any
+		want string
+	}{
+		{"a PID", &actor.PID{Address: "elsewhere:1", Id: "x"}, "not a StateIndex request: *actor.PID"},
+		{"a remoting message", &remote.ActorPidRequest{Kind: "k", Name: "n"}, "not a StateIndex request: *remote.ActorPidRequest"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			// The future's timeout is far beyond the answer: a dropped reply
+			// fails the test as a timeout.
+			res, err := p.cliSys.Root.RequestFuture(actors.RemotePID(p.addr), tc.msg, 10*time.Second).Result()
+			require.NoError(t, err, "answered, not left to time out")
+			assert.Less(t, time.Since(start), 5*time.Second)
+			m, ok := res.(*wire.Message)
+			require.True(t, ok, "a wire message, got %T", res)
+			require.Nil(t, m.Err)
+			r, ok := m.Value.(messages.Reply)
+			require.True(t, ok, "%T", m.Value)
+			require.NotNil(t, r.Failure())
+			assert.Equal(t, messages.CodeBadRequest, r.Failure().Code)
+			assert.True(t, errors.Is(r.Failure(), actors.ErrBadRequest), "%v", r.Failure())
+			assert.Contains(t, r.Failure().Message, tc.want)
+		})
+	}
+	// The connection still carries requests.
+	_, err := p.c.PushFrame(ctx, &messages.PushFrame{Mutation: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
+	require.NoError(t, err)
+}

@@ -60,15 +60,13 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 		switch m := c.Message().(type) {
 		case messages.Request:
 			if reflect.ValueOf(m).IsNil() {
-				c.Respond(failure(nil, messages.Errorf(messages.CodeBadRequest, "nil %T", m)))
+				answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "nil %T", m)), nil, 0)
 				return
 			}
 			c.Forward(shards[shardOf(m.ScopeName(), len(shards))])
 		case actor.SystemMessage, actor.AutoReceiveMessage:
 		default:
-			if c.Sender() != nil {
-				c.Respond(failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)))
-			}
+			answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)), nil, 0)
 		}
 	}))
 	return s, nil

@@ -13,8 +13,12 @@ import (
 )
 
 // Client is the typed Go API of a StateIndex: one method per operation,
-// deadlines from the context, errors matching the sentinels of this package
-// with errors.Is. It is safe for concurrent use.
+// errors matching the sentinels of this package with errors.Is. It is safe
+// for concurrent use.
+//
+// A request's context is its one deadline (a context without one gets the
+// Client's timeout); a request whose context ends fails with ErrTimeout
+// wrapping the context's error.
 //
 // A mutating request whose RequestID is empty gets a fresh one, written into
 // the request itself, so that resending the same request after ErrTimeout
@@ -24,7 +28,7 @@ type Client struct {
 	route   func(scope string) *actor.PID
 	timeout time.Duration
 	newID   func() string
-	// send, when set, carries each request instead of a local future to
+	// send, when set, carries each request instead of a local call to
 	// route(scope): remote PIDs and the cluster (remote.go, cluster.go). It
 	// returns the reply as received, or an error of this package.
 	send func(ctx context.Context, req messages.Request, timeout time.Duration) (any, error)
@@ -33,7 +37,8 @@ type Client struct {
 // NewClient returns a Client that sends every request to pid: a Server's
 // PID, or a StateIndex on another node (RemotePID; the actor system must
 // run remoting, see RemoteConfig), whose requests and replies then travel
-// as actors/wire messages.
+// as actors/wire messages. timeout is the deadline of a request whose
+// context has none (DefaultConfig().RequestTimeout when <= 0).
 func NewClient(root *actor.RootContext, pid *actor.PID, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = DefaultConfig().RequestTimeout

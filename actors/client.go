@@ -70,7 +70,7 @@ func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	if err := ctx.Err(); err != nil {
+	if ctx.Err() != nil {
 		return zero, timeoutError(ctx)
 	}
 	dl, _ := ctx.Deadline()

@@ -295,7 +295,10 @@ func TestRemoteClientHonoursItsContext(t *testing.T) {
 	_, err := p.c.PushFrame(cctx, &messages.PushFrame{Mutation: mut("s"), Goal: "g", Budget: budget.TokenBudget{Total: 10}})
 	assert.True(t, errors.Is(err, actors.ErrTimeout), "%v", err)
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
-	assert.Less(t, time.Since(start), 2*time.Second)
+	// At the context's deadline (300 ms), not at the Client's 10 s timeout;
+	// the margin is for a loaded machine (2.7 s was seen once, at load 5 on
+	// two cores, with the right error).
+	assert.Less(t, time.Since(start), 5*time.Second)
 }
 
 func TestRemoteSurvivesAMessageOfAnUnknownProtobufType(t *testing.T) {

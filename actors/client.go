@@ -13,8 +13,12 @@ import (
 )
 
 // Client is the typed Go API of a StateIndex: one method per operation,
-// deadlines from the context, errors matching the sentinels of this package
-// with errors.Is. It is safe for concurrent use.
+// errors matching the sentinels of this package with errors.Is. It is safe
+// for concurrent use.
+//
+// A request's context is its one deadline (a context without one gets the
+// Client's timeout); a request whose context ends fails with ErrTimeout
+// wrapping the context's error.
 //
 // A mutating request whose RequestID is empty gets a fresh one, written into
 // the request itself, so that resending the same request after ErrTimeout
@@ -27,7 +31,7 @@ type Client struct {
 	// admit, when set, admits a request into its shard's bounded mailbox
 	// (returning what to send) or refuses it with ErrOverloaded.
 	admit func(req messages.Request) (any, error)
-	// send, when set, carries each request instead of a local future to
+	// send, when set, carries each request instead of a local call to
 	// route(scope): remote PIDs and the cluster (remote.go, cluster.go). It
 	// returns the reply as received, or an error of this package.
 	send func(ctx context.Context, req messages.Request, timeout time.Duration) (any, error)
@@ -36,7 +40,8 @@ type Client struct {
 // NewClient returns a Client that sends every request to pid: a Server's
 // PID, or a StateIndex on another node (RemotePID; the actor system must
 // run remoting, see RemoteConfig), whose requests and replies then travel
-// as actors/wire messages.
+// as actors/wire messages. timeout is the deadline of a request whose
+// context has none (DefaultConfig().RequestTimeout when <= 0).
 func NewClient(root *actor.RootContext, pid *actor.PID, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = DefaultConfig().RequestTimeout
@@ -48,6 +53,13 @@ func NewClient(root *actor.RootContext, pid *actor.PID, timeout time.Duration) *
 	return c
 }
 
+// backstopGrace is how much later than a request's context deadline the
+// timers of its transport may fire. The context is the one source of truth
+// for a request's deadline (call gives every request one); those timers are
+// only a backstop, strictly later, so that which of two timers fires first
+// never decides the error.
+const backstopGrace = time.Second
+
 func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request) (R, error) {
 	var zero R
 	if req == nil || reflect.ValueOf(req).IsNil() {
@@ -56,21 +68,20 @@ func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request
 	if m, ok := req.(messages.MutatingRequest); ok && m.Mut().RequestID == "" {
 		m.Mut().RequestID = c.newID()
 	}
-	if err := ctx.Err(); err != nil {
-		return zero, fmt.Errorf("%w: %w", ErrTimeout, err)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
 	}
-	timeout := c.timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-		if timeout <= 0 {
-			return zero, fmt.Errorf("%w: %w", ErrTimeout, context.DeadlineExceeded)
-		}
+	if ctx.Err() != nil {
+		return zero, timeoutError(ctx)
 	}
+	dl, _ := ctx.Deadline()
 	send := c.send
 	if send == nil {
 		send = c.request
 	}
-	res, err := send(ctx, req, timeout)
+	res, err := send(ctx, req, time.Until(dl)+backstopGrace)
 	if err != nil {
 		return zero, err
 	}
@@ -86,9 +97,21 @@ func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request
 	return zero, messages.Errorf(messages.CodeInternal, "unexpected reply %T to %T", res, req)
 }
 
+// timeoutError is the error of a request whose context ended: ErrTimeout
+// wrapping the context's error (context.DeadlineExceeded or
+// context.Canceled).
+func timeoutError(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil { // a backstop fired first: the deadline has passed
+		err = context.DeadlineExceeded
+	}
+	return fmt.Errorf("%w: %w", ErrTimeout, err)
+}
+
 // request sends req to its shard's PID in this actor system and waits for
-// the reply.
-func (c *Client) request(ctx context.Context, req messages.Request, timeout time.Duration) (any, error) {
+// the reply or the end of ctx (which call gives a deadline); it arms no
+// timer of its own.
+func (c *Client) request(ctx context.Context, req messages.Request, _ time.Duration) (any, error) {
 	var msg any = req
 	if c.admit != nil {
 		var err error
@@ -96,27 +119,21 @@ func (c *Client) request(ctx context.Context, req messages.Request, timeout time
 			return nil, err
 		}
 	}
-	f := c.root.RequestFuture(c.route(req.ScopeName()), msg, timeout)
-	var res any
-	var err error
-	if ctx.Done() == nil {
-		res, err = f.Result()
-	} else {
-		done := make(chan struct{})
-		go func() { res, err = f.Result(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-		}
+	sys := c.root.ActorSystem()
+	p := &pendingCall{done: make(chan struct{})}
+	pid, _ := sys.ProcessRegistry.Add(p, "si-call"+sys.ProcessRegistry.NextId())
+	defer sys.ProcessRegistry.Remove(pid)
+	c.root.RequestWithCustomSender(c.route(req.ScopeName()), msg, pid)
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.finish(nil, timeoutError(ctx))
 	}
-	if err != nil {
-		if errors.Is(err, actor.ErrTimeout) {
-			return nil, ErrTimeout
-		}
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	<-p.done
+	if errors.Is(p.err, errNotDelivered) {
+		return nil, fmt.Errorf("%w: the StateIndex is not running (the request was not delivered)", ErrUnavailable)
 	}
-	return res, nil
+	return p.res, p.err
 }
 
 // PushFrame creates a frame.

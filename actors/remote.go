@@ -170,19 +170,31 @@ func (g *gateway) Receive(c actor.Context) {
 		g.serveWire(c, m)
 	case messages.Request:
 		if e := g.check(m); e != nil {
-			if c.Sender() != nil {
-				c.Respond(failure(m, e))
-			}
+			answer(c, failure(m, e), m, g.limit)
 			return
 		}
 		c.Forward(g.srv.shardPID(m.ScopeName()))
 	case actor.AutoReceiveMessage, actor.SystemMessage, *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
 	default:
-		// *cluster.ClusterInit lands here too, without a sender; only a
-		// caller waiting for an answer gets one.
-		if c.Sender() != nil {
-			c.Respond(failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)))
-		}
+		// Any other message: a protobuf message a remote peer sent (remoting
+		// carries those), or *cluster.ClusterInit, which has no sender; only
+		// a caller waiting for an answer gets one.
+		answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)), nil, g.limit)
+	}
+}
+
+// answer responds to the sender of c's message, if any, with r: as it is
+// to a sender in this process, encoded for the wire to a remote one (a reply
+// remoting cannot serialize is dropped, and its caller would wait for its
+// deadline instead). req is the request r answers, nil when there is none.
+func answer(c actor.Context, r messages.Reply, req messages.Request, limit int) {
+	to := c.Sender()
+	switch {
+	case to == nil:
+	case isRemote(c.ActorSystem(), to):
+		c.Respond(encodeReply(r, req, limit))
+	default:
+		c.Respond(r)
 	}
 }
 
@@ -449,8 +461,10 @@ func (p *pendingCall) SendSystemMessage(*actor.PID, any) {}
 
 func (p *pendingCall) Stop(*actor.PID) { p.finish(nil, errNotDelivered) }
 
-// request sends msg to target and waits for the reply, the deadline, ctx,
-// or the loss of the connection. The reply is returned as received (a
+// request sends msg to target and waits for the reply, the end of ctx (the
+// request's deadline: call gives every request one), or the loss of the
+// connection; timeout is a backstop that the Client sets strictly later than
+// ctx's deadline. The reply is returned as received (a
 // *wire.Message for a remote peer); errors are those of the Client:
 // ErrTimeout (possibly an *OutcomeUnknownError) or errNotDelivered, which
 // the caller turns into an unavailable error.
@@ -476,14 +490,16 @@ func (t *remoteTransport) request(ctx context.Context, target *actor.PID, msg an
 	}()
 
 	t.sys.Root.RequestWithCustomSender(target, msg, pid)
+	// ctx carries the request's deadline; the timer is only a backstop for
+	// a context without one, and ends the request as the deadline would.
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case <-p.done:
-	case <-timer.C:
-		p.finish(nil, ErrTimeout)
 	case <-ctx.Done():
-		p.finish(nil, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err()))
+		p.finish(nil, timeoutError(ctx))
+	case <-timer.C:
+		p.finish(nil, timeoutError(ctx))
 	}
 	<-p.done
 	return p.res, p.err

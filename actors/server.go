@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"reflect"
 	"sync/atomic"
@@ -26,10 +27,18 @@ type Server struct {
 }
 
 // Start spawns the StateIndex on sys over store. The store stays the
-// caller's: Stop does not close it.
+// caller's: Stop does not close it. A nil store, or a nil pointer in a
+// store interface (what eventstore.Open returns beside its error), is
+// refused.
 func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server, error) {
-	if sys == nil || store == nil {
-		return nil, errors.New("actors: Start needs an actor system and a store")
+	if sys == nil {
+		return nil, errors.New("actors: Start needs an actor system, got nil")
+	}
+	if store == nil {
+		return nil, errors.New("actors: Start needs a store, got nil")
+	}
+	if v := reflect.ValueOf(store); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("actors: Start needs a store, got a nil %T (did opening it fail?)", store)
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -55,7 +64,7 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 		switch m := c.Message().(type) {
 		case messages.Request:
 			if reflect.ValueOf(m).IsNil() {
-				c.Respond(failure(nil, messages.Errorf(messages.CodeBadRequest, "nil %T", m)))
+				answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "nil %T", m)), nil, 0)
 				return
 			}
 			i := shardOf(m.ScopeName(), len(shards))
@@ -66,9 +75,7 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 			c.RequestWithCustomSender(shards[i], &gated{m}, c.Sender())
 		case actor.SystemMessage, actor.AutoReceiveMessage:
 		default:
-			if c.Sender() != nil {
-				c.Respond(failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)))
-			}
+			answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)), nil, 0)
 		}
 	}))
 	return s, nil

@@ -144,8 +144,15 @@ func (s *Server) expose(limit int, owns func(scope string) (home string, ok bool
 	return pid, nil
 }
 
-// shardPID is the shard that owns scope.
-func (s *Server) shardPID(scope string) *actor.PID { return s.shards[shardOf(scope, len(s.shards))] }
+// admitted returns the shard that owns req's scope and the message to send
+// it, or the overloaded reply when the shard's gate refuses it.
+func (s *Server) admitted(req messages.Request) (*actor.PID, any, messages.Reply) {
+	i := shardOf(req.ScopeName(), len(s.shards))
+	if !s.gates[i].enter() {
+		return nil, nil, overloaded(req, s.gates[i].max)
+	}
+	return s.shards[i], &gated{req}, nil
+}
 
 // relayTTL bounds how long a gateway waits for a shard's reply to a remote
 // request before it forgets the request (the caller's own deadline has long
@@ -173,7 +180,14 @@ func (g *gateway) Receive(c actor.Context) {
 			answer(c, failure(m, e), m, g.limit)
 			return
 		}
-		c.Forward(g.srv.shardPID(m.ScopeName()))
+		pid, msg, refusal := g.srv.admitted(m)
+		if refusal != nil {
+			if c.Sender() != nil {
+				c.Respond(refusal)
+			}
+			return
+		}
+		c.RequestWithCustomSender(pid, msg, c.Sender())
 	case actor.AutoReceiveMessage, actor.SystemMessage, *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
 	default:
 		// Any other message: a protobuf message a remote peer sent (remoting
@@ -224,12 +238,17 @@ func (g *gateway) serveWire(c actor.Context, m *wire.Message) {
 		}
 		return
 	}
-	shard := g.srv.shardPID(req.ScopeName())
-	if to == nil {
-		c.Send(shard, req)
-		return
+	shard, msg, refusal := g.srv.admitted(req)
+	switch {
+	case refusal != nil:
+		if to != nil {
+			c.Send(to, encodeReply(refusal, req, g.limit))
+		}
+	case to == nil:
+		c.Send(shard, msg)
+	default:
+		c.RequestWithCustomSender(shard, msg, newRelay(c.ActorSystem(), to, req, g.limit))
 	}
-	c.RequestWithCustomSender(shard, req, newRelay(c.ActorSystem(), to, req, g.limit))
 }
 
 func (g *gateway) maxBytes() int {

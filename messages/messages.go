@@ -6,9 +6,11 @@ import (
 	"github.com/stateindex/stateindex/frames"
 )
 
-// Request is any StateIndex request. Every request names its scope.
+// Request is any StateIndex request. Every request names its scope and
+// its operation (operations.go: the protocol table).
 type Request interface {
 	ScopeName() string
+	Op() Op
 }
 
 // MutatingRequest is a request that appends events; it carries a Mutation.
@@ -442,42 +444,4 @@ func (r *GetStack) ScopeName() string { return r.Scope }
 type GetStackReply struct {
 	Result `msgpack:",inline"`
 	Frames []FrameSummary `msgpack:"fs,omitempty"`
-}
-
-// ReplyFor returns an empty reply of the type that answers req, or nil for
-// an unknown request.
-func ReplyFor(req Request) Reply {
-	switch req.(type) {
-	case *PushFrame:
-		return &PushFrameReply{}
-	case *PopFrame:
-		return &PopFrameReply{}
-	case *UpdateFrame:
-		return &UpdateFrameReply{}
-	case *AddContextHandle:
-		return &AddContextHandleReply{}
-	case *AddResult:
-		return &AddResultReply{}
-	case *RecordUsage:
-		return &RecordUsageReply{}
-	case *StartToolCall:
-		return &StartToolCallReply{}
-	case *FinishToolCall:
-		return &FinishToolCallReply{}
-	case *AssembleContextPack:
-		return &ContextPack{}
-	case *SuspendFrame:
-		return &SuspensionToken{}
-	case *ResumeFrame:
-		return &ResumeFrameReply{}
-	case *CompactContext:
-		return &CompactionResult{}
-	case *ResumeActor:
-		return &ActorResumeState{}
-	case *GetFrame:
-		return &GetFrameReply{}
-	case *GetStack:
-		return &GetStackReply{}
-	}
-	return nil
 }

@@ -68,26 +68,6 @@ type write struct {
 	reply func(*write) (messages.Reply, error)
 }
 
-// outcome is what handling a request comes to: a reply now, a write to
-// append (runAppend, then finish), or a job: store reads to run off the
-// shard's goroutine before the request can be answered.
-type outcome struct {
-	reply messages.Reply
-	w     *write
-	job   *job
-}
-
-// job is I/O a request needs: run on a goroutine of its own (it touches
-// only the store and its own data), then finish on the shard's goroutine,
-// which may come to another outcome. Its scope's later requests wait.
-type job struct {
-	scope  string
-	run    func() any
-	finish func(any) outcome
-}
-
-func replied(r messages.Reply) outcome { return outcome{reply: r} }
-
 // handle answers one request: with a reply now, a write, or a job. A scope
 // not in the cache is loaded by a job first, so that no request ever reads
 // a cold scope from the store on the shard's goroutine. It never panics.

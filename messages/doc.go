@@ -9,6 +9,11 @@
 // Mutation with a request id: a repeat returns the original reply and
 // appends nothing.
 //
+// The protocol table (operations.go) lists every operation once: its Op,
+// its wire names, its request and reply types and whether it mutates.
+// ReplyFor, the wire registry (actors/wire) and the server's dispatcher
+// (actors/dispatch.go) all derive from it.
+//
 // Messages carry no behaviour and are treated as immutable once sent: local
 // delivery shares the pointer.
 package messages

@@ -4,13 +4,12 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/messages"
 )
 
 // BenchmarkHandle: one request through the handler alone (no actor, a
 // memory store), to see what dispatching costs on the hot path: a read
-// answered from the state, and a mutation decided, appended and replied.
+// answered from the state, and a mutation decided, appended (to memory) and replied.
 func BenchmarkHandle(b *testing.B) {
 	b.Run("op=GetStack", func(b *testing.B) {
 		s := newFuzzServer(b)
@@ -23,8 +22,9 @@ func BenchmarkHandle(b *testing.B) {
 			}
 		}
 	})
-	b.Run("op=AddContextHandle", func(b *testing.B) {
+	b.Run("op=UpdateFrame", func(b *testing.B) {
 		s := newFuzzServer(b)
+		hash := "h"
 		ids := make([]string, b.N)
 		for i := range ids {
 			ids[i] = "u" + strconv.Itoa(i)
@@ -32,7 +32,7 @@ func BenchmarkHandle(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			r := s.do(&messages.AddContextHandle{Mutation: messages.Mutation{Scope: "s", RequestID: ids[i]}, FrameID: "id1", Priority: compaction.Low, Content: "x"})
+			r := s.do(&messages.UpdateFrame{Mutation: messages.Mutation{Scope: "s", RequestID: ids[i]}, FrameID: "id1", ContextHash: &hash})
 			if r.Failure() != nil {
 				b.Fatal(r.Failure())
 			}

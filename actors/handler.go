@@ -64,29 +64,12 @@ type write struct {
 	enc      []eventstore.Event
 	expected int64
 	size     int64
-	// reply builds the reply once the events are durable and applied.
-	reply func(*write) (messages.Reply, error)
+	// d builds the reply once the events are durable and applied: from
+	// the events, or from the state with info and start (ResumeActor).
+	d     *opEntry
+	info  LoadInfo
+	start time.Time
 }
-
-// outcome is what handling a request comes to: a reply now, a write to
-// append (runAppend, then finish), or a job: store reads to run off the
-// shard's goroutine before the request can be answered.
-type outcome struct {
-	reply messages.Reply
-	w     *write
-	job   *job
-}
-
-// job is I/O a request needs: run on a goroutine of its own (it touches
-// only the store and its own data), then finish on the shard's goroutine,
-// which may come to another outcome. Its scope's later requests wait.
-type job struct {
-	scope  string
-	run    func() any
-	finish func(any) outcome
-}
-
-func replied(r messages.Reply) outcome { return outcome{reply: r} }
 
 // handle answers one request: with a reply now, a write, or a job. A scope
 // not in the cache is loaded by a job first, so that no request ever reads
@@ -113,24 +96,26 @@ func (h *handler) handle(req messages.Request) (out outcome) {
 				"%T changes nothing: it takes no request id, version guard or checkpoint reason", req)))
 		}
 	}
-	if _, ok := h.cache.Get(req.ScopeName()); !ok {
+	e, ok := h.cache.Get(req.ScopeName())
+	if !ok {
 		return outcome{job: h.loadJob(req)}
 	}
-	ctx := context.Background()
-	switch r := req.(type) {
-	case *messages.AssembleContextPack:
-		return replied(h.assemble(ctx, r))
-	case *messages.ResumeActor:
-		reply, w := h.resumeActor(ctx, r)
-		return outcome{reply: reply, w: w}
-	case *messages.GetFrame:
-		return replied(h.getFrame(ctx, r))
-	case *messages.GetStack:
-		return replied(h.getStack(ctx, r))
-	case messages.MutatingRequest:
-		return h.mutate(ctx, r)
+	d := entryFor(req)
+	if d == nil {
+		return replied(failure(req, errUnknown(req)))
 	}
-	return replied(failure(req, messages.Errorf(messages.CodeBadRequest, "unknown request %T", req)))
+	// How the scope was loaded is reported once, to the request that
+	// comes first after the load (a ResumeActor reports it).
+	info := e.info
+	e.info = LoadInfo{}
+	if d.read != nil {
+		return replied(d.read(h, e.st, req))
+	}
+	m, ok := req.(messages.MutatingRequest)
+	if !ok {
+		return replied(failure(req, errUnknown(req)))
+	}
+	return h.mutate(m, d, e, info)
 }
 
 type loaded struct {
@@ -177,19 +162,6 @@ func failure(req messages.Request, err *messages.Error) messages.Reply {
 // Undecodable answers a request the StateIndex could not read at all.
 type Undecodable struct {
 	messages.Result
-}
-
-// load returns the scope's cached state and how it was loaded (once: the
-// next load of a cached scope reports nothing). handle loads every scope
-// before it dispatches, so a miss here is a bug, reported as one.
-func (h *handler) load(_ context.Context, scope string) (*entry, LoadInfo, error) {
-	e, ok := h.cache.Get(scope)
-	if !ok {
-		return nil, LoadInfo{}, fmt.Errorf("scope %q is not loaded", scope)
-	}
-	info := e.info
-	e.info = LoadInfo{}
-	return e, info, nil
 }
 
 // LoadInfo says how a scope's state was rebuilt.
@@ -324,9 +296,15 @@ func requestHash(req messages.Request) ([]byte, error) {
 	return sum[:], nil
 }
 
-// mutate decides a mutating request; the write it returns carries the
-// events to append.
-func (h *handler) mutate(ctx context.Context, req messages.MutatingRequest) outcome {
+// mutate runs a mutation, the same way for every operation: the request
+// id checked against the scope's memory of ids (a repeat answered as the
+// original was), the IfVersion guard, then the entry's command decided by
+// frames.Decide into a write that carries the events to append.
+func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, info LoadInfo) outcome {
+	var start time.Time
+	if d.state != nil {
+		start = time.Now()
+	}
 	m := req.Mut()
 	if m.RequestID == "" {
 		return replied(failure(req, messages.Errorf(messages.CodeInvalidArgument, "request id is required on %T (the Client sets one)", req)))
@@ -338,10 +316,6 @@ func (h *handler) mutate(ctx context.Context, req messages.MutatingRequest) outc
 	if err != nil {
 		return replied(failure(req, messages.Errorf(messages.CodeBadRequest, "request cannot be encoded: %v", err)))
 	}
-	e, _, err := h.load(ctx, m.Scope)
-	if err != nil {
-		return replied(failure(req, toWire(err)))
-	}
 	st := e.st
 	now := h.cfg.Clock().UnixNano()
 	rec, dup, err := st.CheckRequest(m.RequestID, hash, now)
@@ -349,19 +323,22 @@ func (h *handler) mutate(ctx context.Context, req messages.MutatingRequest) outc
 		return replied(failure(req, toWire(err)))
 	}
 	if dup {
-		return outcome{job: h.repeatJob(req, rec)}
+		if d.state != nil {
+			return replied(h.fromState(req, d, st, info, start))
+		}
+		return outcome{job: h.repeatJob(req, d, rec)}
 	}
 	if m.IfVersion != nil && *m.IfVersion != st.Version {
 		return replied(failure(req, &messages.Error{Code: messages.CodeVersionConflict, Version: st.Version,
 			Message: fmt.Sprintf("scope %q is at version %d, request expected %d", m.Scope, st.Version, *m.IfVersion)}))
 	}
 	hdr := frames.Header{RequestID: m.RequestID, RequestHash: hash, Now: now, Reason: m.Reason}
-	cmd, early, err := h.command(st, req, hdr)
+	cmd, err := d.decide(h, st, req, hdr)
 	if err != nil {
 		return replied(failure(req, toWire(err)))
 	}
-	if early != nil {
-		return replied(early)
+	if cmd == nil { // nothing to write: the state is the answer
+		return replied(h.fromState(req, d, st, info, start))
 	}
 	evs, err := frames.Decide(h.cfg.Frames, st, cmd)
 	if err != nil {
@@ -371,8 +348,28 @@ func (h *handler) mutate(ctx context.Context, req messages.MutatingRequest) outc
 	if err != nil {
 		return replied(failure(req, toWire(err)))
 	}
-	w.reply = func(w *write) (messages.Reply, error) { return h.replyFromEvents(w.req, w.evs, w.e.st.Version) }
+	w.d, w.info, w.start = d, info, start
 	return outcome{w: w}
+}
+
+// fromState answers a mutation of an entry with state without a write.
+func (h *handler) fromState(req messages.Request, d *opEntry, st *frames.State, info LoadInfo, start time.Time) messages.Reply {
+	if d.state == nil {
+		return failure(req, messages.Errorf(messages.CodeInternal, "%T decided no command", req))
+	}
+	r, err := d.state(h, st, info, start)
+	if err != nil {
+		return failure(req, toWire(err))
+	}
+	return r
+}
+
+// written builds a write's reply once its events are applied.
+func (h *handler) written(w *write) (messages.Reply, error) {
+	if w.d.state != nil {
+		return w.d.state(h, w.e.st, w.info, w.start)
+	}
+	return w.d.reply(h, w.req, w.evs, w.e.st.Version)
 }
 
 // begin encodes decided events into a write at the state's version.
@@ -429,7 +426,7 @@ func (h *handler) finish(w *write, res eventstore.AppendResult, err error) messa
 	w.e.size += w.size
 	w.e.sinceSnap += w.size
 	h.bytes += w.size
-	reply, err := w.reply(w)
+	reply, err := h.written(w)
 	if err != nil {
 		return failure(w.req, toWire(err))
 	}
@@ -473,7 +470,7 @@ var errStop = errors.New("stop")
 
 // repeatJob answers a request id seen before with the reply the original
 // got, rebuilt from the events it appended, which it reads off the shard.
-func (h *handler) repeatJob(req messages.Request, rec frames.RequestRecord) *job {
+func (h *handler) repeatJob(req messages.Request, d *opEntry, rec frames.RequestRecord) *job {
 	type read struct {
 		evs []frames.Event
 		err error
@@ -506,7 +503,7 @@ func (h *handler) repeatJob(req messages.Request, rec frames.RequestRecord) *job
 			if int64(len(r.evs)) != rec.LastVersion-rec.FirstVersion+1 {
 				return replied(failure(req, messages.Errorf(messages.CodeStoreFailed, "events %d..%d of request %q are missing", rec.FirstVersion, rec.LastVersion, rec.ID)))
 			}
-			reply, err := h.replyFromEvents(req, r.evs, rec.LastVersion)
+			reply, err := d.reply(h, req, r.evs, rec.LastVersion)
 			if err != nil {
 				return replied(failure(req, toWire(err)))
 			}

@@ -6,12 +6,14 @@ import (
 	"github.com/stateindex/stateindex/frames"
 )
 
-// Request is any StateIndex request. Every request embeds a Header first:
-// the scope is in the same place in all of them, and so is the request id
-// of the ones that change something.
+// Request is any StateIndex request. Every request embeds a Header first
+// (the scope is in the same place in all of them, and so is the request id
+// of the ones that change something) and names its operation
+// (operations.go: the protocol table).
 type Request interface {
 	ScopeName() string
 	Head() *Header
+	Op() Op
 }
 
 // MutatingRequest is a request that appends events. Its Header's RequestID
@@ -479,42 +481,4 @@ type GetStack struct {
 type GetStackReply struct {
 	Result `msgpack:",inline"`
 	Frames []FrameSummary `msgpack:"fs,omitempty"`
-}
-
-// ReplyFor returns an empty reply of the type that answers req, or nil for
-// an unknown request.
-func ReplyFor(req Request) Reply {
-	switch req.(type) {
-	case *PushFrame:
-		return &PushFrameReply{}
-	case *PopFrame:
-		return &PopFrameReply{}
-	case *UpdateFrame:
-		return &UpdateFrameReply{}
-	case *AddContextHandle:
-		return &AddContextHandleReply{}
-	case *AddResult:
-		return &AddResultReply{}
-	case *RecordUsage:
-		return &RecordUsageReply{}
-	case *StartToolCall:
-		return &StartToolCallReply{}
-	case *FinishToolCall:
-		return &FinishToolCallReply{}
-	case *AssembleContextPack:
-		return &ContextPack{}
-	case *SuspendFrame:
-		return &SuspensionToken{}
-	case *ResumeFrame:
-		return &ResumeFrameReply{}
-	case *CompactContext:
-		return &CompactionResult{}
-	case *ResumeActor:
-		return &ActorResumeState{}
-	case *GetFrame:
-		return &GetFrameReply{}
-	case *GetStack:
-		return &GetStackReply{}
-	}
-	return nil
 }

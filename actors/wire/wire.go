@@ -160,52 +160,33 @@ var (
 	order  []string
 )
 
-func register[T any](name string) {
-	t := reflect.TypeOf((*T)(nil))
-	_, isRequest := any((*T)(nil)).(messages.Request)
-	_, isReply := any((*T)(nil)).(messages.Reply)
+func register(name string, make func() any) {
+	v := make()
+	_, isRequest := v.(messages.Request)
+	_, isReply := v.(messages.Reply)
 	if !isRequest && !isReply {
-		panic(fmt.Sprintf("wire: %v is neither a request nor a reply", t))
+		panic(fmt.Sprintf("wire: %T is neither a request nor a reply", v))
 	}
-	byName[name] = entry{make: func() any { return new(T) }, request: isRequest}
-	byType[t] = name
+	if _, dup := byName[name]; dup {
+		panic(fmt.Sprintf("wire: type name %q registered twice", name))
+	}
+	byName[name] = entry{make: make, request: isRequest}
+	byType[reflect.TypeOf(v)] = name
 	order = append(order, name)
 }
 
+// init registers every operation of the protocol table (messages.Operations)
+// under its wire names — requests first, then replies — and Failure. The
+// names are wire values: the table never renames one.
 func init() {
-	// The names are wire values: never rename one; add new types instead.
-	register[messages.PushFrame]("PushFrame")
-	register[messages.PopFrame]("PopFrame")
-	register[messages.UpdateFrame]("UpdateFrame")
-	register[messages.AddContextHandle]("AddContextHandle")
-	register[messages.AddResult]("AddResult")
-	register[messages.RecordUsage]("RecordUsage")
-	register[messages.StartToolCall]("StartToolCall")
-	register[messages.FinishToolCall]("FinishToolCall")
-	register[messages.AssembleContextPack]("AssembleContextPack")
-	register[messages.SuspendFrame]("SuspendFrame")
-	register[messages.ResumeFrame]("ResumeFrame")
-	register[messages.CompactContext]("CompactContext")
-	register[messages.ResumeActor]("ResumeActor")
-	register[messages.GetFrame]("GetFrame")
-	register[messages.GetStack]("GetStack")
-
-	register[messages.PushFrameReply]("PushFrameReply")
-	register[messages.PopFrameReply]("PopFrameReply")
-	register[messages.UpdateFrameReply]("UpdateFrameReply")
-	register[messages.AddContextHandleReply]("AddContextHandleReply")
-	register[messages.AddResultReply]("AddResultReply")
-	register[messages.RecordUsageReply]("RecordUsageReply")
-	register[messages.StartToolCallReply]("StartToolCallReply")
-	register[messages.FinishToolCallReply]("FinishToolCallReply")
-	register[messages.ContextPack]("ContextPack")
-	register[messages.SuspensionToken]("SuspensionToken")
-	register[messages.ResumeFrameReply]("ResumeFrameReply")
-	register[messages.CompactionResult]("CompactionResult")
-	register[messages.ActorResumeState]("ActorResumeState")
-	register[messages.GetFrameReply]("GetFrameReply")
-	register[messages.GetStackReply]("GetStackReply")
-	register[Failure](FailureType)
+	ops := messages.Operations()
+	for _, op := range ops {
+		register(op.Name, func() any { return op.NewRequest() })
+	}
+	for _, op := range ops {
+		register(op.ReplyName, func() any { return op.NewReply() })
+	}
+	register(FailureType, func() any { return new(Failure) })
 }
 
 // marshal and unmarshal are the store's msgpack codec: compact integers,

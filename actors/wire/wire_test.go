@@ -217,3 +217,18 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestWireNamesNeverChange: the type names are wire values that peers of
+// other releases send; the protocol table they are registered from may grow
+// but never rename one (the order pinned here is only Names' order).
+func TestWireNamesNeverChange(t *testing.T) {
+	assert.Equal(t, []string{
+		"PushFrame", "PopFrame", "UpdateFrame", "AddContextHandle", "AddResult", "RecordUsage",
+		"StartToolCall", "FinishToolCall", "AssembleContextPack", "SuspendFrame", "ResumeFrame",
+		"CompactContext", "ResumeActor", "GetFrame", "GetStack",
+		"PushFrameReply", "PopFrameReply", "UpdateFrameReply", "AddContextHandleReply", "AddResultReply",
+		"RecordUsageReply", "StartToolCallReply", "FinishToolCallReply", "ContextPack", "SuspensionToken",
+		"ResumeFrameReply", "CompactionResult", "ActorResumeState", "GetFrameReply", "GetStackReply",
+		wire.FailureType,
+	}, wire.Names())
+}

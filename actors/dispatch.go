@@ -1,0 +1,516 @@
+package actors
+
+// The dispatcher: the shell's part of every operation, one entry each.
+//
+// The rules live in package frames (Decide, ResolveFrame, PlanCompaction,
+// AssemblePack, Recover); an entry here only translates. For a mutation it
+// turns the request into a frames.Command (minting ids, counting content,
+// stamping time) and the events that command appended into the reply; for a
+// read it turns the scope's state into the reply. Everything around that —
+// scope validation, the cold load, request ids and their horizon, the
+// request digest, IfVersion, the write and its reply after the commit — is
+// the same for every operation and lives once in handler.go.
+//
+// The files a new operation touches
+//
+// Before (main at 1be671d), one operation was spread over eleven places in
+// eight files:
+//
+//	messages/messages.go        its request and reply structs; a case in ReplyFor
+//	actors/wire/wire.go         two register lines (request, reply)
+//	actors/handler.go           a case in handle (a read, or ResumeActor)
+//	actors/commands.go          a case in command and one in replyFromEvents (a mutation)
+//	actors/reads.go             a method (a read, or ResumeActor)
+//	actors/client.go            a typed Client method
+//	frames/commands.go          its command
+//	frames/decide.go            its case in Decide
+//	frames/events.go, apply.go  its events and how they fold
+//
+// with four type switches over every request type (handle, command,
+// replyFromEvents, ReplyFor) and a registry kept by hand.
+//
+// After:
+//
+//	messages/messages.go        its request and reply structs
+//	messages/operations.go      its Op, its Op method and one row of the protocol
+//	                            table (ReplyFor and the wire registry derive from it)
+//	frames/...                  its command, its case in Decide, its events
+//	actors/dispatch.go          one entry of the table below
+//	actors/client.go            its typed Client method, one line (call[*Reply])
+//
+// and no type switch: handle finds the entry by req.Op(), an array index.
+// TestEveryOperationHasAnEntry fails until the entry exists.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// opEntry is the shell's part of one operation. A mutation has decide and
+// either reply or state; a read has read.
+type opEntry struct {
+	// decide turns a mutating request into the command frames.Decide
+	// checks: frame ids resolved and defaults applied by frames, ids minted
+	// and content counted here, time in hdr. A nil command without an
+	// error writes nothing and answers with state (only entries with state).
+	decide func(h *handler, st *frames.State, req messages.Request, hdr frames.Header) (frames.Command, error)
+	// reply builds a mutation's reply from the events it appended alone,
+	// so that a repeated request id gets the very same reply, rebuilt from
+	// the log.
+	reply func(h *handler, req messages.Request, evs []frames.Event, version int64) (messages.Reply, error)
+	// state, set instead of reply, builds the reply from the scope's state
+	// once the events are applied; a repeated request id gets the state as
+	// it stands (ResumeActor). info is how the scope was loaded; start is
+	// when handling began.
+	state func(h *handler, st *frames.State, info LoadInfo, start time.Time) (messages.Reply, error)
+	// read answers a read from the scope's state.
+	read func(h *handler, st *frames.State, req messages.Request) messages.Reply
+}
+
+// entryFor returns req's entry, or nil for a request no entry handles.
+func entryFor(req messages.Request) *opEntry {
+	op := req.Op()
+	if op >= messages.NumOps {
+		return nil
+	}
+	d := &dispatch[op]
+	if d.read == nil && d.decide == nil {
+		return nil
+	}
+	return d
+}
+
+func errUnknown(req messages.Request) *messages.Error {
+	return messages.Errorf(messages.CodeBadRequest, "unknown request %T", req)
+}
+
+// mutation makes the entry of a mutation whose reply comes from its events,
+// typed by its request R.
+func mutation[R messages.Request](
+	decide func(h *handler, st *frames.State, r R, hdr frames.Header) (frames.Command, error),
+	reply func(h *handler, r R, evs []frames.Event, res messages.Result) (messages.Reply, error),
+) opEntry {
+	return opEntry{
+		decide: func(h *handler, st *frames.State, req messages.Request, hdr frames.Header) (frames.Command, error) {
+			r, ok := req.(R)
+			if !ok {
+				return nil, errUnknown(req)
+			}
+			return decide(h, st, r, hdr)
+		},
+		reply: func(h *handler, req messages.Request, evs []frames.Event, version int64) (messages.Reply, error) {
+			r, ok := req.(R)
+			if !ok {
+				return nil, errUnknown(req)
+			}
+			if len(evs) == 0 {
+				return nil, fmt.Errorf("no events for %T", req)
+			}
+			return reply(h, r, evs, messages.Result{Version: version})
+		},
+	}
+}
+
+// read makes the entry of a read, typed by its request R.
+func read[R messages.Request](read func(h *handler, st *frames.State, r R) messages.Reply) opEntry {
+	return opEntry{read: func(h *handler, st *frames.State, req messages.Request) messages.Reply {
+		r, ok := req.(R)
+		if !ok {
+			return failure(req, errUnknown(req))
+		}
+		return read(h, st, r)
+	}}
+}
+
+// first returns a mutation's first event as an E, or an error saying what
+// the events start with instead.
+func first[E frames.Event](req messages.Request, evs []frames.Event) (E, error) {
+	e, ok := evs[0].(E)
+	if !ok {
+		return e, fmt.Errorf("events of %T start with %s", req, evs[0].EventType())
+	}
+	return e, nil
+}
+
+// frameOf is the frame a mutation's first event is about.
+func frameOf(evs []frames.Event) string { return evs[0].EventMeta().Frame }
+
+// dispatch is the table: one entry per operation of messages' protocol
+// table (TestEveryOperationHasAnEntry checks both stay in step).
+var dispatch [messages.NumOps]opEntry
+
+func init() {
+	dispatch = [messages.NumOps]opEntry{
+		messages.OpPushFrame: mutation(
+			func(h *handler, _ *frames.State, r *messages.PushFrame, hdr frames.Header) (frames.Command, error) {
+				return &frames.PushFrame{Header: hdr, FrameID: h.cfg.NewID(), ParentID: r.ParentID, Goal: r.Goal,
+					Inputs: r.Inputs, Budget: r.Budget, Limits: r.Limits}, nil
+			},
+			func(_ *handler, r *messages.PushFrame, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.FramePushed](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.PushFrameReply{Result: res, FrameID: frameOf(evs), Depth: e.Depth, Budget: e.Budget}, nil
+			}),
+
+		messages.OpPopFrame: mutation(
+			func(h *handler, st *frames.State, r *messages.PopFrame, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				return &frames.PopFrame{Header: hdr, FrameID: id, Status: r.Status, Cascade: r.Cascade, Mint: h.mint(hdr.Now, 0)}, err
+			},
+			func(h *handler, _ *messages.PopFrame, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				reply := &messages.PopFrameReply{Result: res}
+				for _, ev := range evs {
+					switch e := ev.(type) {
+					case *frames.FramePopped:
+						if reply.FrameID != "" {
+							reply.Cancelled = append(reply.Cancelled, reply.FrameID)
+						}
+						reply.FrameID, reply.Status, reply.Released, reply.ChargedTokens = e.Frame, e.Status, e.Released, e.ChargedTokens
+					case *frames.FrameSuspended:
+						reply.ParentSuspension = h.token(e, res.Version)
+					}
+				}
+				return reply, nil
+			}),
+
+		messages.OpUpdateFrame: mutation(
+			func(h *handler, st *frames.State, r *messages.UpdateFrame, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				return &frames.UpdateFrame{Header: hdr, FrameID: id, Goal: r.Goal, Inputs: r.Inputs, SetInputs: r.SetInputs,
+					Limits: r.Limits, ReserveDelta: r.ReserveDelta, ContextHash: r.ContextHash, Mint: h.mint(hdr.Now, 0)}, err
+			},
+			func(h *handler, _ *messages.UpdateFrame, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				return &messages.UpdateFrameReply{Result: res, FrameID: frameOf(evs), Suspension: h.suspension(evs[1:], res.Version)}, nil
+			}),
+
+		messages.OpAddContextHandle: mutation(
+			func(h *handler, st *frames.State, r *messages.AddContextHandle, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				if err != nil {
+					return nil, err
+				}
+				tokens, light, err := h.count("content", r.Content)
+				if err != nil {
+					return nil, err
+				}
+				return &frames.AddContextHandle{Header: hdr, FrameID: id, Handle: frames.ContextHandle{
+					ID: frames.MintIfEmpty(r.HandleID, h.cfg.NewID), Kind: frames.HandleKind(r.Kind), Priority: r.Priority,
+					Content: r.Content, Tokens: tokens, LightTokens: light}}, nil
+			},
+			func(_ *handler, r *messages.AddContextHandle, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.HandleAdded](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.AddContextHandleReply{Result: res, FrameID: frameOf(evs), HandleID: e.Handle.ID, Tokens: e.Handle.Tokens}, nil
+			}),
+
+		messages.OpAddResult: mutation(
+			func(h *handler, st *frames.State, r *messages.AddResult, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				return &frames.AddResult{Header: hdr, FrameID: id, Result: frames.ResultRef{ID: frames.MintIfEmpty(r.ResultID, h.cfg.NewID),
+					Kind: r.Kind, Ref: r.Ref, Summary: r.Summary}}, err
+			},
+			func(_ *handler, r *messages.AddResult, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.ResultAdded](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.AddResultReply{Result: res, FrameID: frameOf(evs), ResultID: e.Result.ID}, nil
+			}),
+
+		messages.OpRecordUsage: mutation(
+			func(h *handler, st *frames.State, r *messages.RecordUsage, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				return &frames.RecordUsage{Header: hdr, FrameID: id, Cost: r.Cost, Mint: h.mint(hdr.Now, 0)}, err
+			},
+			func(h *handler, _ *messages.RecordUsage, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				return &messages.RecordUsageReply{Result: res, FrameID: frameOf(evs), Suspension: h.suspension(evs[1:], res.Version)}, nil
+			}),
+
+		messages.OpStartToolCall: mutation(
+			func(h *handler, st *frames.State, r *messages.StartToolCall, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				return &frames.StartToolCall{Header: hdr, FrameID: id, CallID: frames.MintIfEmpty(r.CallID, h.cfg.NewID), Name: r.Name, Input: r.Input}, err
+			},
+			func(_ *handler, r *messages.StartToolCall, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.ToolStarted](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.StartToolCallReply{Result: res, FrameID: frameOf(evs), CallID: e.CallID}, nil
+			}),
+
+		messages.OpFinishToolCall: mutation(
+			func(h *handler, st *frames.State, r *messages.FinishToolCall, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				if err != nil {
+					return nil, err
+				}
+				call := frames.ToolCallText(st, id, r.CallID, r.Call)
+				ct, cl, err := h.count("tool call", call)
+				if err != nil {
+					return nil, err
+				}
+				rt, rl, err := h.count("tool output", r.Output)
+				if err != nil {
+					return nil, err
+				}
+				prio := frames.ToolPriority(r.Priority)
+				return &frames.FinishToolCall{Header: hdr, FrameID: id, CallID: r.CallID, IsError: r.IsError,
+					CallHandle:   frames.ContextHandle{ID: h.cfg.NewID(), Kind: frames.ToolCallKind, Priority: prio, Content: call, Tokens: ct, LightTokens: cl},
+					ResultHandle: frames.ContextHandle{ID: h.cfg.NewID(), Kind: frames.ToolResultKind, Priority: prio, Content: r.Output, Tokens: rt, LightTokens: rl},
+				}, nil
+			},
+			func(_ *handler, r *messages.FinishToolCall, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.ToolFinished](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.FinishToolCallReply{Result: res, FrameID: frameOf(evs), CallID: e.CallID,
+					CallHandleID: e.CallHandle.ID, ResultHandleID: e.ResultHandle.ID, Tokens: e.CallHandle.Tokens + e.ResultHandle.Tokens}, nil
+			}),
+
+		messages.OpAssembleContextPack: read((*handler).assemble),
+
+		messages.OpSuspendFrame: mutation(
+			func(h *handler, st *frames.State, r *messages.SuspendFrame, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				if err != nil {
+					return nil, err
+				}
+				ttl, err := frames.SuspendTTL(r.TTLMillis, int64(h.cfg.TokenTTL), int64(h.cfg.MaxTokenTTL))
+				if err != nil {
+					return nil, err
+				}
+				return &frames.SuspendFrame{Header: hdr, FrameID: id, Reason: r.Reason, Note: r.Note, Mint: h.mint(hdr.Now, ttl)}, nil
+			},
+			func(h *handler, r *messages.SuspendFrame, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.FrameSuspended](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return h.token(e, res.Version), nil
+			}),
+
+		messages.OpResumeFrame: mutation(
+			func(h *handler, _ *frames.State, r *messages.ResumeFrame, hdr frames.Header) (frames.Command, error) {
+				c, err := parseToken(h.cfg.TokenKey, r.Token)
+				if err != nil || c.Scope != r.Scope {
+					// A token of another scope is as unknown as a forged one.
+					return nil, messages.Errorf(messages.CodeTokenInvalid, "suspension token is malformed, forged or not of this scope")
+				}
+				return &frames.ResumeFrame{Header: hdr, FrameID: c.FrameID, TokenID: c.TokenID}, nil
+			},
+			func(_ *handler, _ *messages.ResumeFrame, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				return &messages.ResumeFrameReply{Result: res, FrameID: frameOf(evs)}, nil
+			}),
+
+		messages.OpCompactContext: mutation(
+			func(h *handler, st *frames.State, r *messages.CompactContext, hdr frames.Header) (frames.Command, error) {
+				s := r.Strategy
+				cmd, err := frames.PlanCompaction(h.cfg.Frames, st, hdr, frames.CompactionQuery{FrameID: r.FrameID, Target: r.TargetTokens,
+					Strategy: frames.StrategySpec{Kind: s.Kind, KeepRecent: s.KeepRecent, MessageCount: s.MessageCount, Custom: s.Custom},
+					Custom:   h.cfg.Custom, SummaryID: h.cfg.NewID(), Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer})
+				if err != nil {
+					return nil, err // not a typed nil in a frames.Command
+				}
+				return cmd, nil
+			},
+			func(_ *handler, r *messages.CompactContext, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.FrameCompacted](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				reply := &messages.CompactionResult{Result: res, FrameID: frameOf(evs), OriginalTokens: e.OriginalTokens, FinalTokens: e.FinalTokens,
+					Level: e.Level, ItemsRemoved: len(e.Removed), Removed: e.Removed}
+				if e.Summary != nil {
+					// A handle the summary covers is summarized, not counted as
+					// removed too: the two counts add up to len(Removed).
+					reply.SummaryID, reply.ItemsSummarized = e.Summary.ID, coveredCount(e.Removed, e.Summary.Covers)
+					reply.ItemsRemoved -= reply.ItemsSummarized
+				}
+				return reply, nil
+			}),
+
+		// ResumeActor appends actor.resumed on a scope with events, nothing
+		// on an empty one; its reply is the scope's state, also on a repeat.
+		messages.OpResumeActor: {
+			decide: func(h *handler, st *frames.State, _ messages.Request, hdr frames.Header) (frames.Command, error) {
+				if st.Version == 0 {
+					return nil, nil
+				}
+				seq, err := h.store.LastSeq(context.Background())
+				if err != nil {
+					return nil, err
+				}
+				return frames.Recover(st).Command(hdr, seq), nil
+			},
+			state: (*handler).resumeState,
+		},
+
+		messages.OpGetFrame: read(func(h *handler, st *frames.State, r *messages.GetFrame) messages.Reply {
+			f, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
+			if err != nil {
+				return failure(r, toWire(err))
+			}
+			c := f.Clone()
+			if !r.WithHandles {
+				c.Handles = nil
+			}
+			return &messages.GetFrameReply{Result: messages.Result{Version: st.Version}, Frame: c}
+		}),
+
+		messages.OpGetStack: read(func(h *handler, st *frames.State, r *messages.GetStack) messages.Reply {
+			f, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
+			if err != nil {
+				return failure(r, toWire(err))
+			}
+			return &messages.GetStackReply{Result: messages.Result{Version: st.Version}, Frames: summaries(st.Ancestry(f.ID))}
+		}),
+	}
+}
+
+// The translations the entries share.
+
+func (h *handler) mint(now int64, ttl int64) frames.Mint {
+	return frames.NewMint(h.cfg.NewID(), now, frames.TokenTTL(ttl, int64(h.cfg.TokenTTL), int64(h.cfg.MaxTokenTTL)))
+}
+
+// count measures content under the server's counter (frames.CountContent).
+func (h *handler) count(what, content string) (tokens, light int64, err error) {
+	return frames.CountContent(h.cfg.Frames, h.cfg.Counter, what, content)
+}
+
+// token signs the suspension an event recorded.
+func (h *handler) token(e *frames.FrameSuspended, version int64) *messages.SuspensionToken {
+	s := e.Suspension
+	return &messages.SuspensionToken{
+		Result:  messages.Result{Version: version},
+		Token:   signToken(h.cfg.TokenKey, tokenClaims{Scope: e.Scope, FrameID: e.Frame, TokenID: s.TokenID, ExpiresAt: s.ExpiresAt}),
+		TokenID: s.TokenID, Scope: e.Scope, FrameID: e.Frame, Reason: s.Reason, SuspendedAt: s.At, ExpiresAt: s.ExpiresAt, Limit: s.Limit,
+	}
+}
+
+// suspension is the token of the last suspension among evs, or nil.
+func (h *handler) suspension(evs []frames.Event, version int64) *messages.SuspensionToken {
+	var t *messages.SuspensionToken
+	for _, ev := range evs {
+		if e, ok := ev.(*frames.FrameSuspended); ok {
+			t = h.token(e, version)
+		}
+	}
+	return t
+}
+
+// coveredCount counts the removed handles a summary covers, each once.
+func coveredCount(removed, covers []string) int {
+	rm := make(map[string]bool, len(removed))
+	for _, id := range removed {
+		rm[id] = true
+	}
+	n := 0
+	for _, id := range covers {
+		if rm[id] {
+			n++
+			rm[id] = false
+		}
+	}
+	return n
+}
+
+func summary(f *frames.Frame) messages.FrameSummary {
+	s := messages.FrameSummary{
+		ID: f.ID, ParentID: f.ParentID, Goal: f.Goal, Status: f.Status, Depth: f.Depth, Budget: f.Budget,
+		Limits: f.Limits, Cost: f.Cost, Handles: len(f.Handles), ContextTokens: f.ContextTokens, Results: len(f.Results),
+		Children: append([]string(nil), f.Children...), InDoubt: f.InDoubt(), CreatedAt: f.CreatedAt, CompletedAt: f.CompletedAt,
+	}
+	if f.Suspension != nil {
+		sp := *f.Suspension
+		s.Suspension = &sp
+	}
+	return s
+}
+
+func summaries(fs []*frames.Frame) []messages.FrameSummary {
+	out := make([]messages.FrameSummary, len(fs))
+	for i, f := range fs {
+		out[i] = summary(f)
+	}
+	return out
+}
+
+// resumeState is what an actor needs to continue: the scope's recovery
+// report (frames.Recover) as it stands, with how it was loaded.
+func (h *handler) resumeState(st *frames.State, info LoadInfo, start time.Time) (messages.Reply, error) {
+	out := &messages.ActorResumeState{Result: messages.Result{Version: st.Version}}
+	if st.Version > 0 {
+		rec := frames.Recover(st)
+		if rec.Current != nil {
+			s := summary(rec.Current)
+			out.CurrentFrame = &s
+			out.FrameStack = summaries(rec.Stack)
+		}
+		out.LiveFrames = summaries(rec.Live)
+		out.PendingWork = rec.Pending
+		seq, err := h.store.LastSeq(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		out.Recovery = messages.RecoverySummary{FramesRecovered: len(rec.Live), PendingWorkItems: len(rec.Pending), LastEventSeq: seq}
+	}
+	out.Recovery.FromSnapshot = info.FromSnapshot
+	out.Recovery.EventsReplayed = info.Replayed
+	out.Recovery.RecoveryMicros = time.Since(start).Microseconds()
+	return out, nil
+}
+
+// MinPackBudget is the smallest budget AssembleContextPack accepts.
+const MinPackBudget = frames.MinPackBudget
+
+// assemble builds a context pack with frames.AssemblePack, reusing the
+// shard's buffers, and turns it into the reply.
+func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) messages.Reply {
+	p, err := frames.AssemblePack(h.cfg.Frames, st, frames.PackQuery{FrameID: r.FrameID, Budget: r.BudgetTokens, Role: r.Role,
+		Include: r.IncludeHandles, Exclude: r.ExcludeHandles, MinLevel: r.MinCompaction, Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer}, &h.pack)
+	if err != nil {
+		return failure(r, packError(err))
+	}
+	crumbs := make([]messages.Breadcrumb, len(p.Breadcrumbs))
+	for i, b := range p.Breadcrumbs {
+		crumbs[i] = messages.Breadcrumb{FrameID: b.FrameID, Depth: b.Depth, Status: b.Status, Text: b.Text}
+	}
+	segs := make([]messages.Segment, len(p.Segments))
+	for i, it := range p.Segments {
+		segs[i] = messages.Segment{HandleID: it.ID, Kind: it.Kind, Priority: it.Priority, Content: it.Content,
+			Tokens: it.Tokens, Group: it.Group, Covers: it.Covers}
+	}
+	return &messages.ContextPack{
+		Result:       messages.Result{Version: p.Version},
+		Metadata:     messages.PackMetadata{Scope: p.Scope, FrameID: p.FrameID, AssembledAt: h.cfg.Clock().UnixNano(), Counter: h.cfg.CounterName},
+		BriefContext: p.Brief,
+		Breadcrumbs:  crumbs,
+		Segments:     segs,
+		TokenSummary: messages.TokenSummary{Budget: p.Budget, Used: p.Used, Remaining: p.Budget - p.Used,
+			Breakdown:       messages.TokenBreakdown{Brief: p.BriefTokens, Breadcrumbs: p.CrumbTokens, Segments: p.SegmentTokens},
+			CompactionLevel: p.Level},
+		Dropped:    p.Dropped,
+		Summarized: p.Summarized,
+	}
+}
+
+// packError is toWire, with the minimum budget a pack refuses under.
+func packError(err error) *messages.Error {
+	var small *frames.BudgetTooSmallError
+	if errors.As(err, &small) {
+		return &messages.Error{Code: messages.CodeBudgetTooSmall, Needed: small.Needed, Message: small.Error()}
+	}
+	return toWire(err)
+}

@@ -1,0 +1,203 @@
+package actors
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// shard is the actor around a handler. It decides and applies on its own
+// goroutine but never waits for the disk: each write is appended, each cold
+// scope loaded and each repeated request's events read on a goroutine of
+// their own, so the store can group-commit writes of many scopes and the
+// shard goes on serving other scopes meanwhile. A scope with a write or a
+// read in flight holds its later requests (reads too) until it is done:
+// per-scope order is request order, and nothing is visible before it is
+// durable. Pending work is bounded (Config.MaxPending): past it a request
+// is answered overloaded at once, not queued.
+type shard struct {
+	h       *handler
+	gate    *gate
+	waiting map[string][]envelope // busy scopes → requests held
+	held    int                   // requests held in waiting
+	drains  []*actor.PID          // Drain requests answered once nothing is in flight
+}
+
+type envelope struct {
+	req    messages.Request
+	sender *actor.PID
+}
+
+// outcome is what handling a request comes to: a reply now, a write to
+// append (runAppend, then finish), or a job: store reads to run off the
+// shard's goroutine before the request can be answered.
+type outcome struct {
+	reply messages.Reply
+	w     *write
+	job   *job
+}
+
+// job is I/O a request needs: run on a goroutine of its own (it touches
+// only the store and its own data), then finish on the shard's goroutine,
+// which may come to another outcome. Its scope's later requests wait.
+type job struct {
+	scope  string
+	run    func() any
+	finish func(any) outcome
+}
+
+func replied(r messages.Reply) outcome { return outcome{reply: r} }
+
+// gate bounds a shard's pending work as its senders see it: requests sent
+// and not yet taken from the mailbox, plus what the shard holds.
+type gate struct {
+	max     int64
+	mailbox atomic.Int64
+	pending atomic.Int64 // held requests + busy scopes, as the shard last saw it
+}
+
+// enter admits one request into the shard's mailbox, or refuses it.
+func (g *gate) enter() bool {
+	if g.mailbox.Load()+g.pending.Load() >= g.max {
+		return false
+	}
+	g.mailbox.Add(1)
+	return true
+}
+
+// gated is a request admitted by the gate: the shard counts it out of the
+// mailbox when it takes it.
+type gated struct{ req messages.Request }
+
+func overloaded(req messages.Request, max int64) messages.Reply {
+	return failure(req, messages.Errorf(messages.CodeOverloaded,
+		"the shard of scope %q holds %d pending requests, its limit: not applied, retry later", req.ScopeName(), max))
+}
+
+// committed reports a write's append outcome to its shard.
+type committed struct {
+	w      *write
+	sender *actor.PID
+	res    eventstore.AppendResult
+	err    error
+}
+
+// jobDone reports a job's result to its shard.
+type jobDone struct {
+	job    *job
+	sender *actor.PID
+	v      any
+}
+
+// drain asks a shard to answer once no write is in flight.
+type drain struct{}
+
+func (s *shard) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *gated:
+		s.gate.mailbox.Add(-1)
+		s.request(c, m.req)
+	case messages.Request:
+		s.request(c, m)
+	case *committed:
+		s.reply(c, m.sender, s.h.finish(m.w, m.res, m.err))
+		s.resume(c, m.w.e.st.Scope)
+	case *jobDone:
+		if !s.run(c, m.job.scope, m.sender, m.job.finish(m.v)) {
+			s.resume(c, m.job.scope)
+		}
+	case *drain:
+		if len(s.waiting) == 0 {
+			c.Respond(&drain{})
+		} else if c.Sender() != nil {
+			s.drains = append(s.drains, c.Sender())
+		}
+	case *actor.Started:
+		s.waiting = map[string][]envelope{}
+	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
+	default:
+		if c.Sender() != nil {
+			c.Respond(failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)))
+		}
+	}
+	s.gate.pending.Store(int64(s.held + len(s.waiting)))
+}
+
+func (s *shard) request(c actor.Context, m messages.Request) {
+	if int64(s.held+len(s.waiting)) >= s.gate.max {
+		s.reply(c, c.Sender(), overloaded(m, s.gate.max))
+		return
+	}
+	if q, busy := s.waiting[m.ScopeName()]; busy {
+		s.waiting[m.ScopeName()] = append(q, envelope{m, c.Sender()})
+		s.held++
+		return
+	}
+	s.process(c, m, c.Sender())
+}
+
+// resume runs the requests a scope held once its write or job is done,
+// until one of them starts another.
+func (s *shard) resume(c actor.Context, scope string) {
+	q := s.waiting[scope]
+	delete(s.waiting, scope)
+	s.held -= len(q)
+	for i, env := range q {
+		if s.process(c, env.req, env.sender) {
+			rest := q[i+1:]
+			s.waiting[scope] = append(s.waiting[scope], rest...)
+			s.held += len(rest)
+			break
+		}
+	}
+	if len(s.waiting) == 0 {
+		for _, p := range s.drains {
+			c.Send(p, &drain{})
+		}
+		s.drains = nil
+	}
+}
+
+// process handles one request; it reports whether a write or job is now in
+// flight for the request's scope.
+func (s *shard) process(c actor.Context, req messages.Request, sender *actor.PID) bool {
+	return s.run(c, req.ScopeName(), sender, s.h.handle(req))
+}
+
+// run carries out an outcome: a reply is sent, a write appended, a job
+// started; the last two leave the scope busy (true).
+func (s *shard) run(c actor.Context, scope string, sender *actor.PID, o outcome) bool {
+	self, root := c.Self(), c.ActorSystem().Root
+	switch {
+	case o.w != nil:
+		w := o.w
+		done := func(res eventstore.AppendResult, err error) {
+			root.Send(self, &committed{w: w, sender: sender, res: res, err: err})
+		}
+		if a, ok := s.h.store.(eventstore.AsyncAppender); ok {
+			a.AppendAsync(context.Background(), w.e.st.Scope, w.expected, w.enc, done)
+		} else {
+			go func() { done(s.h.runAppend(w)) }()
+		}
+	case o.job != nil:
+		j := o.job
+		go func() { root.Send(self, &jobDone{job: j, sender: sender, v: j.run()}) }()
+	default:
+		s.reply(c, sender, o.reply)
+		return false
+	}
+	if _, busy := s.waiting[scope]; !busy {
+		s.waiting[scope] = nil
+	}
+	return true
+}
+
+func (s *shard) reply(c actor.Context, to *actor.PID, reply messages.Reply) {
+	if to != nil {
+		c.Send(to, reply)
+	}
+}

@@ -1,9 +1,12 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
+	"strings"
+	"sync"
 
 	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/eventstore"
@@ -67,11 +70,27 @@ var fastCodecs = map[string]fastCodec{
 // marshalWire encodes v, registered as name, for the wire: the same bytes
 // as marshal.
 func marshalWire(name string, v any) ([]byte, error) {
-	if c, ok := fastCodecs[name]; ok {
-		return c.encode(make([]byte, 0, 256), v)
+	c, ok := fastCodecs[name]
+	if !ok {
+		return marshal(v)
 	}
-	return marshal(v)
+	// Encode into a pooled buffer, then copy out exactly the bytes.
+	bp := encBuf.Get().(*[]byte)
+	defer encBuf.Put(bp)
+	b, err := c.encode((*bp)[:0], v)
+	if err != nil {
+		return nil, err
+	}
+	if cap(b) <= maxPooledBuf {
+		*bp = b
+	}
+	return bytes.Clone(b), nil
 }
+
+// encBuf holds encoding buffers of up to maxPooledBuf bytes.
+var encBuf = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledBuf = 64 << 10
 
 // unmarshalWire decodes data into a new value from newValue (the type
 // registered as name), as unmarshal would.
@@ -88,11 +107,11 @@ func unmarshalWire(name string, data []byte, newValue func() any) (any, error) {
 
 // decodeWhole runs read over all of data.
 func decodeWhole[T any](data []byte, v *T, read func(*reader, *T) error) error {
-	r := &reader{b: data}
+	r := &reader{all: data}
 	if err := read(r, v); err != nil {
 		return err
 	}
-	if len(r.b) != 0 {
+	if r.left() != 0 {
 		return errFallback
 	}
 	return nil
@@ -316,23 +335,35 @@ func appendCost(b []byte, c *budget.Cost) []byte {
 // Decoding: only the shapes the encoder above writes; errFallback on
 // anything else.
 
-type reader struct{ b []byte }
+// reader reads msgpack from all[pos:] (an index, not a re-sliced slice:
+// no pointer writes, so no GC write barriers). The strings it returns are
+// slices of one copy of all (made on the first), so that a reply of many
+// small strings costs one allocation; they keep that copy alive, which is
+// no more than the decoded value holds anyway.
+type reader struct {
+	all []byte
+	pos int
+	s   string
+}
+
+// left is how many bytes are left.
+func (r *reader) left() int { return len(r.all) - r.pos }
 
 func (r *reader) byte1() (byte, error) {
-	if len(r.b) == 0 {
+	if r.pos >= len(r.all) {
 		return 0, errFallback
 	}
-	c := r.b[0]
-	r.b = r.b[1:]
+	c := r.all[r.pos]
+	r.pos++
 	return c, nil
 }
 
 func (r *reader) take(n int) ([]byte, error) {
-	if n < 0 || n > len(r.b) {
+	if n < 0 || n > r.left() {
 		return nil, errFallback
 	}
-	p := r.b[:n]
-	r.b = r.b[n:]
+	p := r.all[r.pos : r.pos+n]
+	r.pos += n
 	return p, nil
 }
 
@@ -409,7 +440,14 @@ func (r *reader) strBytes() ([]byte, error) {
 
 func (r *reader) str() (string, error) {
 	p, err := r.strBytes()
-	return string(p), err
+	if err != nil || len(p) == 0 {
+		return "", err
+	}
+	if r.s == "" {
+		r.s = string(r.all)
+	}
+	end := r.pos
+	return r.s[end-len(p) : end], nil
 }
 
 // int reads any msgpack integer that fits an int64.
@@ -477,7 +515,7 @@ func (r *reader) uint8() (uint8, error) {
 // skip passes over one value of any type (at most depth levels deep) and
 // returns its bytes.
 func (r *reader) skip(depth int) ([]byte, error) {
-	start := r.b
+	start := r.pos
 	if depth <= 0 {
 		return nil, errFallback
 	}
@@ -527,7 +565,7 @@ func (r *reader) skip(depth int) ([]byte, error) {
 	if _, err := r.take(n); err != nil {
 		return nil, err
 	}
-	if items > len(r.b) {
+	if items > r.left() {
 		return nil, errFallback
 	}
 	for i := 0; i < items; i++ {
@@ -535,13 +573,13 @@ func (r *reader) skip(depth int) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return start[:len(start)-len(r.b)], nil
+	return r.all[start:r.pos], nil
 }
 
 // other decodes one value by eventstore.Unmarshal (the nested values the
 // encoder writes through eventstore.Marshal).
 func (r *reader) other(v any) error {
-	if len(r.b) > 0 && r.b[0] == 0xc0 {
+	if r.left() > 0 && r.all[r.pos] == 0xc0 {
 		return errFallback // nil: leave it to the reflection decoder
 	}
 	p, err := r.skip(64)
@@ -552,6 +590,21 @@ func (r *reader) other(v any) error {
 		return errFallback
 	}
 	return nil
+}
+
+// key reads a map key and returns it with its index by index; a key that
+// is unknown or already in seen is errFallback.
+func (r *reader) key(seen *uint32, index func(key []byte) int) (int, error) {
+	k, err := r.strBytes()
+	if err != nil {
+		return 0, err
+	}
+	i := index(k)
+	if i < 0 || *seen&(1<<i) != 0 {
+		return 0, errFallback // unknown or repeated key
+	}
+	*seen |= 1 << i
+	return i, nil
 }
 
 // fields reads a map-encoded struct: each key, once, to one of up to 32
@@ -639,7 +692,7 @@ func readGetStackReply(r *reader, m *messages.GetStackReply) error {
 		if err != nil {
 			return err
 		}
-		if n > len(r.b) {
+		if n > r.left() {
 			return errFallback
 		}
 		m.Frames = make([]messages.FrameSummary, n)
@@ -652,19 +705,57 @@ func readGetStackReply(r *reader, m *messages.GetStackReply) error {
 	})
 }
 
-var frameSummaryKeys = map[string]int{
-	"id": 0, "pa": 1, "g": 2, "st": 3, "d": 4, "b": 5, "l": 6, "c": 7, "h": 8,
-	"ct": 9, "r": 10, "ch": 11, "id2": 12, "su": 13, "at": 14, "ca": 15,
+// frameSummaryKey is the index of a FrameSummary key, -1 for none.
+func frameSummaryKey(k []byte) int {
+	switch string(k) {
+	case "id":
+		return 0
+	case "pa":
+		return 1
+	case "g":
+		return 2
+	case "st":
+		return 3
+	case "d":
+		return 4
+	case "b":
+		return 5
+	case "l":
+		return 6
+	case "c":
+		return 7
+	case "h":
+		return 8
+	case "ct":
+		return 9
+	case "r":
+		return 10
+	case "ch":
+		return 11
+	case "id2":
+		return 12
+	case "su":
+		return 13
+	case "at":
+		return 14
+	case "ca":
+		return 15
+	}
+	return -1
 }
 
 func readFrameSummary(r *reader, f *messages.FrameSummary) error {
-	return r.fields(func(k []byte) int {
-		if i, ok := frameSummaryKeys[string(k)]; ok {
-			return i
+	n, err := r.mapLen()
+	if err != nil {
+		return err
+	}
+	var seen uint32
+	for ; n > 0; n-- {
+		i, err := r.key(&seen, frameSummaryKey)
+		if err != nil {
+			return err
 		}
-		return -1
-	}, func(r *reader, i int) (err error) {
-		var n int64
+		var v int64
 		switch i {
 		case 0:
 			f.ID, err = r.str()
@@ -679,25 +770,28 @@ func readFrameSummary(r *reader, f *messages.FrameSummary) error {
 		case 4:
 			f.Depth, err = r.int()
 		case 5:
-			err = readInts(r, "turs", []*int64{&f.Budget.Total, &f.Budget.Used, &f.Budget.Reserved, &f.Budget.SubcallAllocation}, &f.Budget.MaxSubframeDepth)
+			b := &f.Budget
+			err = readInts(r, "turs", &b.Total, &b.Used, &b.Reserved, &b.SubcallAllocation, nil, &b.MaxSubframeDepth)
 		case 6:
-			err = readInts(r, "ktsp", []*int64{&f.Limits.Tokens, &f.Limits.Turns, &f.Limits.SpendMicros, &f.Limits.Spawns}, &f.Limits.DurationMillis)
+			l := &f.Limits
+			err = readInts(r, "ktsp", &l.Tokens, &l.Turns, &l.SpendMicros, &l.Spawns, nil, &l.DurationMillis)
 		case 7:
-			err = readInts(r, "iotsp", []*int64{&f.Cost.InputTokens, &f.Cost.OutputTokens, &f.Cost.Turns, &f.Cost.SpendMicros, &f.Cost.Spawns}, &f.Cost.DurationMillis)
+			c := &f.Cost
+			err = readInts(r, "iotsp", &c.InputTokens, &c.OutputTokens, &c.Turns, &c.SpendMicros, &c.Spawns, &c.DurationMillis)
 		case 8:
-			n, err = r.int()
-			f.Handles = int(n)
+			v, err = r.int()
+			f.Handles = int(v)
 		case 9:
 			f.ContextTokens, err = r.int()
 		case 10:
-			n, err = r.int()
-			f.Results = int(n)
+			v, err = r.int()
+			f.Results = int(v)
 		case 11:
 			var c int
 			if c, err = r.arrayLen(); err != nil {
 				return err
 			}
-			if c > len(r.b) {
+			if c > r.left() {
 				return errFallback
 			}
 			f.Children = make([]string, c)
@@ -707,41 +801,52 @@ func readFrameSummary(r *reader, f *messages.FrameSummary) error {
 				}
 			}
 		case 12:
-			return r.other(&f.InDoubt)
+			err = r.other(&f.InDoubt)
 		case 13:
 			f.Suspension = new(frames.Suspension)
-			return r.other(f.Suspension)
+			err = r.other(f.Suspension)
 		case 14:
 			f.CreatedAt, err = r.int()
 		case 15:
 			f.CompletedAt, err = r.int()
 		}
-		return err
-	})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// readInts reads a map-encoded struct of int64 fields whose one-letter
-// keys are keys (in field order) followed by "d" for last.
-func readInts(r *reader, keys string, fields []*int64, last *int64) error {
-	return r.fields(func(k []byte) int {
-		if len(k) != 1 {
-			return -1
+// readInts reads a map-encoded struct of up to six int64 fields: keys
+// names the first ones (one letter each, in order: a, b, c, d, e), "d" is
+// always last; a nil field has no key.
+func readInts(r *reader, keys string, a, b, c, d, e, last *int64) error {
+	n, err := r.mapLen()
+	if err != nil {
+		return err
+	}
+	fields := [6]*int64{a, b, c, d, e, last}
+	var seen uint32
+	for ; n > 0; n-- {
+		k, err := r.strBytes()
+		if err != nil {
+			return err
 		}
-		if k[0] == 'd' {
-			return len(fields)
-		}
-		for i := 0; i < len(keys); i++ {
-			if keys[i] == k[0] {
-				return i
+		i := -1
+		if len(k) == 1 {
+			if k[0] == 'd' {
+				i = 5
+			} else if j := strings.IndexByte(keys, k[0]); j >= 0 {
+				i = j
 			}
 		}
-		return -1
-	}, func(r *reader, i int) (err error) {
-		p := last
-		if i < len(fields) {
-			p = fields[i]
+		if i < 0 || fields[i] == nil || seen&(1<<i) != 0 {
+			return errFallback
 		}
-		*p, err = r.int()
-		return err
-	})
+		seen |= 1 << i
+		if *fields[i], err = r.int(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

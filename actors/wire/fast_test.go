@@ -209,3 +209,38 @@ func FuzzFastDecode(f *testing.F) {
 		require.Equal(t, want, got)
 	})
 }
+
+// BenchmarkGetStackReply compares the fast path with the reflection codec
+// on the reply of a 3-frame stack (what BenchmarkRemote's op=get carries).
+func BenchmarkGetStackReply(b *testing.B) {
+	reply := &messages.GetStackReply{Result: messages.Result{Version: 12}}
+	parent := ""
+	for d := 0; d < 3; d++ {
+		id := fmt.Sprintf("01J9Z3ZK5V8Q4T6W2X0Y%06d", d)
+		reply.Frames = append(reply.Frames, messages.FrameSummary{ID: id, ParentID: parent, Goal: "benchmark", Status: frames.StatusActive, Depth: int64(d),
+			Budget: budget.TokenBudget{Total: 1 << 30 >> d, Reserved: 1 << 20}, Children: []string{"01J9Z3ZK5V8Q4T6W2X0Y000009"}, CreatedAt: 1732470000000000})
+		parent = id
+	}
+	data, err := marshal(reply)
+	require.NoError(b, err)
+	b.Run("encode/fast", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			_, _ = marshalWire("GetStackReply", reply)
+		}
+	})
+	b.Run("encode/reflection", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			_, _ = marshal(reply)
+		}
+	})
+	b.Run("decode/fast", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			_, _ = unmarshalWire("GetStackReply", data, byName["GetStackReply"].make)
+		}
+	})
+	b.Run("decode/reflection", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			_ = unmarshal(data, &messages.GetStackReply{})
+		}
+	})
+}

@@ -97,12 +97,23 @@ const maxPooledBuf = 64 << 10
 func unmarshalWire(name string, data []byte, newValue func() any) (any, error) {
 	v := newValue()
 	if c, ok := fastCodecs[name]; ok {
-		if c.decode(data, v) == nil {
+		if tryDecode(c, data, v) == nil {
 			return v, nil
 		}
 		v = newValue() // the fast decoder may have filled part of v
 	}
 	return v, unmarshal(data, v)
+}
+
+// tryDecode runs c's decoder; a panic (a bug: the decoder checks every
+// length) counts as a fallback rather than reaching the connection.
+func tryDecode(c fastCodec, data []byte, v any) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = errFallback
+		}
+	}()
+	return c.decode(data, v)
 }
 
 // decodeWhole runs read over all of data.

@@ -187,15 +187,10 @@ func remote(ctx context.Context, o *Options, round time.Duration) (res RemoteRes
 			err = serr
 		}
 	}()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	rem, err := actors.StartRemote(sys, actors.RemoteConfig("127.0.0.1", 0))
+	sys, err := clientSystem()
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		rem.Shutdown(true)
-		sys.Shutdown()
-	}()
 	client := actors.NewClient(sys.Root, actors.RemotePID(child.addr), 10*time.Second)
 
 	res = RemoteResult{Callers: remoteCallers, Frames: 3}
@@ -258,6 +253,24 @@ func remote(ctx context.Context, o *Options, round time.Duration) (res RemoteRes
 	res.GetStack = Summarize(lat["get"], wall["get"])
 	res.GetStackOverEcho = Ratio(res.GetStack.OpsPerSec, res.Echo.OpsPerSec)
 	return res, nil
+}
+
+var clientSys struct {
+	once sync.Once
+	sys  *actor.ActorSystem
+	err  error
+}
+
+// clientSystem is the process's one remoting actor system for the remote
+// scenario, started on first use and kept: Proto.Actor's remote.Start sets
+// gRPC's global logger, which races with the goroutines a shut-down remote
+// leaves behind for a while, so a process must not start a second one.
+func clientSystem() (*actor.ActorSystem, error) {
+	clientSys.once.Do(func() {
+		clientSys.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+		_, clientSys.err = actors.StartRemote(clientSys.sys, actors.RemoteConfig("127.0.0.1", 0))
+	})
+	return clientSys.sys, clientSys.err
 }
 
 // runCallers runs do on every scope at once, each caller in a loop, until

@@ -26,13 +26,14 @@ test: vet check-deps
 vet:
 	$(GO) vet ./...
 
-## check-deps: fail if a pure package depends on bbolt, protoactor or msgpack
+## check-deps: fail if a pure package depends on bbolt, protoactor, msgpack (or a
+## msgpack code generator's runtime), or the wire package and its hand-written codec
 check-deps:
-	@bad=$$($(GO) list -deps $(PURE) | grep -E 'go.etcd.io/bbolt|protoactor|msgpack' || true); \
+	@bad=$$($(GO) list -deps $(PURE) | grep -E 'go.etcd.io/bbolt|protoactor|msgpack|tinylib/msgp|actors/wire' || true); \
 	if [ -n "$$bad" ]; then echo "pure core depends on: $$bad" >&2; exit 1; fi; \
-	echo "check-deps: budget, compaction and frames import none of bbolt, protoactor, msgpack"
+	echo "check-deps: budget, compaction and frames import none of bbolt, protoactor, msgpack, msgp, actors/wire"
 
-## bench: `stateindex bench` (durable, assemble, resume, storage) then the peers
+## bench: `stateindex bench` (durable, assemble, resume, storage, remote) then the peers
 ## (state.json, SQLite, StateIndex) side by side in one table; durable: it fsyncs.
 ## JSON of the run in bench/peers/out/. STATEJSON_MAX caps state.json's checkpoints
 ## per thread (its time is quadratic in it); BENCH_FLAGS go to `stateindex bench`.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -12,6 +13,15 @@ import (
 
 	"github.com/stateindex/stateindex/bench"
 )
+
+// TestMain lets the remote scenario re-execute this test binary as its
+// server.
+func TestMain(m *testing.M) {
+	if bench.IsRemoteChild() {
+		os.Exit(bench.ServeRemoteChild(os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}
 
 // TestRunTiny runs every scenario at a tiny scale: the harness works end to
 // end and fills every figure. Timing is never checked.
@@ -51,11 +61,12 @@ func TestRunTiny(t *testing.T) {
 		assert.Greater(t, s.FileBytes, s.PayloadBytes)
 		assert.Positive(t, s.Buckets["streams"])
 	}
+	require.Len(t, rep.Remote, 1)
 	assert.NotEmpty(t, rep.Goals)
 
 	var out bytes.Buffer
 	require.NoError(t, bench.WriteText(&out, rep))
-	for _, want := range []string{"Durable PushFrame + AddContextHandle", "AssembleContextPack", "Cold ResumeActor", "Bytes on disk", "Goals"} {
+	for _, want := range []string{"Durable PushFrame + AddContextHandle", "AssembleContextPack", "Cold ResumeActor", "Bytes on disk", "Remote round trips", "Goals"} {
 		assert.Contains(t, out.String(), want)
 	}
 	b, err := json.Marshal(rep)
@@ -63,6 +74,39 @@ func TestRunTiny(t *testing.T) {
 	var back bench.Report
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, rep.Durable, back.Durable)
+}
+
+// TestRemoteScenario runs the remote scenario against a child process (this
+// test binary, see TestMain): both operations are measured, the ratio is
+// theirs, and the goal is reported. Timing is never checked.
+func TestRemoteScenario(t *testing.T) {
+	rep, err := bench.Run(context.Background(), bench.Options{Scale: 0.002, Only: []string{bench.ScenarioRemote}})
+	require.NoError(t, err)
+	require.Len(t, rep.Remote, 1)
+	r := rep.Remote[0]
+	assert.Equal(t, 16, r.Callers)
+	for name, f := range map[string]bench.Figure{"echo": r.Echo, "GetStack": r.GetStack} {
+		assert.Positive(t, f.Ops, name)
+		assert.Positive(t, f.OpsPerSec, name)
+		assert.Positive(t, f.P50us, name)
+		assert.LessOrEqual(t, f.P50us, f.P99us, name)
+	}
+	assert.InDelta(t, r.GetStack.OpsPerSec/r.Echo.OpsPerSec, r.GetStackOverEcho, 1e-9)
+	assert.Empty(t, rep.Durable, "--only remote runs nothing else")
+	require.Len(t, rep.Goals, 1)
+	assert.Contains(t, rep.Goals[0].Name, "remote GetStack")
+	assert.InDelta(t, r.GetStackOverEcho, rep.Goals[0].Value, 1e-9)
+
+	var out bytes.Buffer
+	require.NoError(t, bench.WriteText(&out, rep))
+	assert.Contains(t, out.String(), "GetStack ÷ echo")
+}
+
+// TestRemoteScenarioReportsABrokenServer: a server program that does not
+// serve gives an error naming it, not a hang.
+func TestRemoteScenarioReportsABrokenServer(t *testing.T) {
+	_, err := bench.Run(context.Background(), bench.Options{Scale: 0.002, Only: []string{bench.ScenarioRemote}, Executable: "/bin/true"})
+	assert.ErrorContains(t, err, "did not start")
 }
 
 func TestCheckpoints(t *testing.T) {

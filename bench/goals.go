@@ -75,5 +75,8 @@ func (r *Report) goals() []Goal {
 			out = append(out, AtMost("storage: data file ÷ encoded event payload (default page size)", s.Ratio, 1.4, "%.2f"))
 		}
 	}
+	for _, x := range r.Remote {
+		out = append(out, AtLeast(fmt.Sprintf("remote GetStack ÷ trivial remote echo, %d callers (ops/s)", x.Callers), x.GetStackOverEcho, 0.5, "%.2f"))
+	}
 	return out
 }

@@ -17,10 +17,11 @@ const (
 	ScenarioAssemble = "assemble"
 	ScenarioResume   = "resume"
 	ScenarioStorage  = "storage"
+	ScenarioRemote   = "remote"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage}
+var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote}
 
 // Options configure Run. The zero value runs every scenario at full size
 // in the system's temporary directory.
@@ -39,6 +40,10 @@ type Options struct {
 	Only []string
 	// Progress, when set, gets one line per step.
 	Progress io.Writer
+	// Executable is the program the remote scenario starts as its server
+	// (default: this one, os.Executable). It must call ServeRemoteChild
+	// first thing when IsRemoteChild.
+	Executable string
 }
 
 func (o *Options) scale(n int, least int) int {
@@ -76,6 +81,7 @@ type Report struct {
 	Assemble []AssembleResult `json:"assemble,omitempty"`
 	Resume   []ResumeResult   `json:"resume,omitempty"`
 	Storage  []StorageResult  `json:"storage,omitempty"`
+	Remote   []RemoteResult   `json:"remote,omitempty"`
 	Goals    []Goal           `json:"goals,omitempty"`
 }
 
@@ -180,6 +186,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			rep.Storage = append(rep.Storage, r)
 		}
+	}
+	if o.runs(ScenarioRemote) {
+		round := time.Duration(float64(2500*time.Millisecond) * scale)
+		r, err := remote(ctx, &o, max(round, 100*time.Millisecond))
+		if err != nil {
+			return rep, fmt.Errorf("remote: %w", err)
+		}
+		rep.Remote = append(rep.Remote, r)
 	}
 	rep.Seconds = time.Since(begin).Seconds()
 	rep.Goals = rep.goals()

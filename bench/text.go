@@ -87,6 +87,18 @@ func WriteText(w io.Writer, r *Report) error {
 			return err
 		}
 	}
+	if len(r.Remote) > 0 {
+		fmt.Fprintf(w, "\nRemote round trips on 127.0.0.1: a StateIndex in a child process on a memory store (no fsync), a Client here; each caller on its own scope.\n")
+		fmt.Fprintf(w, "echo: a trivial remote actor answering a small wire message with itself (the floor of remoting); GetStack: a %d-frame stack. Alternating rounds.\n", r.Remote[0].Frames)
+		p("callers\techo ops/s\techo p50 µs\techo p99 µs\t│\tGetStack ops/s\tGetStack p50 µs\tGetStack p99 µs\t│\tGetStack ÷ echo\t\n")
+		for _, x := range r.Remote {
+			p("%d\t%s\t%s\t%s\t│\t%s\t%s\t%s\t│\t%.2f\t\n", x.Callers, num(x.Echo.OpsPerSec), num(x.Echo.P50us), num(x.Echo.P99us),
+				num(x.GetStack.OpsPerSec), num(x.GetStack.P50us), num(x.GetStack.P99us), x.GetStackOverEcho)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(r.Goals) > 0 {
 		fmt.Fprintf(w, "\nGoals (issue 4) that this run can judge:\n")
 		if err := WriteGoals(w, r.Goals); err != nil {

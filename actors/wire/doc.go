@@ -8,6 +8,11 @@
 // encoding of the struct. Package messages stays plain Go structs; this is
 // the only package that knows protobuf.
 //
+// The msgpack is the store's (eventstore.Marshal): the same bytes, so peers
+// of every release read each other. The hottest types (GetStack and its
+// reply) are encoded and decoded by hand (fast.go) into exactly those bytes;
+// whatever that decoder does not expect goes to the reflection decoder.
+//
 // What it must never do:
 //
 //   - fail Deserialize: Proto.Actor's endpoint reader closes the whole

@@ -98,7 +98,7 @@ func Encode(v any, limit int) (*Message, error) {
 		// server's answer to something it could not read) keeps its error.
 		v, name = &Failure{Result: messages.Result{Err: r.Failure()}}, FailureType
 	}
-	payload, err := marshal(v)
+	payload, err := marshalWire(name, v)
 	if err != nil {
 		return nil, messages.Errorf(messages.CodeBadRequest, "encoding %s: %v", name, err)
 	}
@@ -125,8 +125,8 @@ func Decode(e *Envelope) *Message {
 		m.Err = messages.Errorf(messages.CodeBadRequest, "unknown message type %q (is the sender newer than this StateIndex?)", e.Type)
 		return m
 	}
-	v := t.make()
-	if err := unmarshal(e.Payload, v); err != nil {
+	v, err := unmarshalWire(e.Type, e.Payload, t.make)
+	if err != nil {
 		m.Err = messages.Errorf(messages.CodeBadRequest, "corrupt %s payload (%d bytes): %v", e.Type, len(e.Payload), err)
 		return m
 	}

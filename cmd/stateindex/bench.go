@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register(command{name: "bench", summary: "[--json] [--scale X] [--only LIST]   run the fixed benchmarks: durable, assemble, resume, storage", run: benchCmd})
+	register(command{name: "bench", summary: "[--json] [--scale X] [--only LIST]   run the fixed benchmarks: durable, assemble, resume, storage, remote", run: benchCmd})
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {

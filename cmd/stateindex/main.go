@@ -11,6 +11,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/stateindex/stateindex/bench"
 )
 
 // command is one subcommand: it parses its own flags from args.
@@ -51,6 +53,9 @@ func usage() string {
 }
 
 func main() {
+	if bench.IsRemoteChild() { // the server process of `stateindex bench`'s remote scenario
+		os.Exit(bench.ServeRemoteChild(os.Stdin, os.Stdout))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

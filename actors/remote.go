@@ -146,25 +146,23 @@ func (s *Server) expose(limit int, owns func(scope string) (home string, ok bool
 
 // admitted returns the shard that owns req's scope and the message to send
 // it, or the overloaded reply when the shard's gate refuses it.
-func (s *Server) admitted(req messages.Request) (*actor.PID, any, messages.Reply) {
+func (s *Server) admitted(req messages.Request) (*actor.PID, *gated, messages.Reply) {
 	i := shardOf(req.ScopeName(), len(s.shards))
 	if !s.gates[i].enter() {
 		return nil, nil, overloaded(req, s.gates[i].max)
 	}
-	return s.shards[i], &gated{req}, nil
+	return s.shards[i], &gated{req: req}, nil
 }
-
-// relayTTL bounds how long a gateway waits for a shard's reply to a remote
-// request before it forgets the request (the caller's own deadline has long
-// passed by then; a shard always answers unless it is stopped).
-const relayTTL = 10 * time.Minute
 
 // gateway is the StateIndex as remote callers see it: the named PID of
 // Expose, or one grain of a member's cluster kind. It decodes nothing
 // itself (Proto.Actor calls wire.Envelope.Deserialize on the connection's
 // goroutine) but answers what could not be decoded, checks the size and the
-// scope's home, and hands each request to its shard with a relay as the
-// sender, which encodes the shard's reply for the wire. It never blocks.
+// scope's home, and hands each request to its shard with the remote caller
+// as the sender and the request marked for the wire: the shard encodes its
+// reply (encodeReply) and sends it straight to the caller. If the shard is
+// gone (the StateIndex is stopping), Proto.Actor answers the caller with a
+// dead letter, which its Client reports as unavailable. It never blocks.
 type gateway struct {
 	srv   *Server
 	limit int
@@ -247,7 +245,8 @@ func (g *gateway) serveWire(c actor.Context, m *wire.Message) {
 	case to == nil:
 		c.Send(shard, msg)
 	default:
-		c.RequestWithCustomSender(shard, msg, newRelay(c.ActorSystem(), to, req, g.limit))
+		msg.wire, msg.limit = true, g.limit
+		c.RequestWithCustomSender(shard, msg, to)
 	}
 }
 
@@ -295,54 +294,6 @@ func encodeReply(r messages.Reply, req messages.Request, limit int) *wire.Messag
 	m, _ = wire.Encode(&wire.Failure{Result: messages.Result{Err: e}}, 0)
 	return m
 }
-
-// replyRelay is the reply address a gateway gives a shard for one remote
-// request: a process of its own (no actor, no goroutine) that encodes the
-// reply on the shard's goroutine and sends it on to the remote caller.
-type replyRelay struct {
-	sys   *actor.ActorSystem
-	pid   *actor.PID
-	to    *actor.PID
-	req   messages.Request
-	limit int
-	done  atomic.Bool
-	timer *time.Timer
-}
-
-func newRelay(sys *actor.ActorSystem, to *actor.PID, req messages.Request, limit int) *actor.PID {
-	r := &replyRelay{sys: sys, to: to, req: req, limit: limit}
-	r.pid, _ = sys.ProcessRegistry.Add(r, "si-relay"+sys.ProcessRegistry.NextId())
-	r.timer = time.AfterFunc(relayTTL, r.forget)
-	return r.pid
-}
-
-func (r *replyRelay) forget() {
-	if r.done.CompareAndSwap(false, true) {
-		r.sys.ProcessRegistry.Remove(r.pid)
-	}
-}
-
-func (r *replyRelay) SendUserMessage(_ *actor.PID, message any) {
-	if !r.done.CompareAndSwap(false, true) {
-		return
-	}
-	r.timer.Stop()
-	r.sys.ProcessRegistry.Remove(r.pid)
-	var reply messages.Reply
-	switch m := actor.UnwrapEnvelopeMessage(message).(type) {
-	case messages.Reply:
-		reply = m
-	case *actor.DeadLetterResponse:
-		reply = failure(r.req, messages.Errorf(messages.CodeUnavailable, "the StateIndex is stopping: the request was not processed"))
-	default:
-		reply = failure(r.req, messages.Errorf(messages.CodeInternal, "unexpected reply %T", m))
-	}
-	r.sys.Root.Send(r.to, encodeReply(reply, r.req, r.limit))
-}
-
-func (r *replyRelay) SendSystemMessage(*actor.PID, any) {}
-
-func (r *replyRelay) Stop(*actor.PID) { r.forget() }
 
 // OutcomeUnknownError reports that the connection to the StateIndex serving
 // a request, or the cluster member that is its scope's home, was lost while

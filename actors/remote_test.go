@@ -48,7 +48,8 @@ func TestMain(m *testing.M) {
 // runRemoteChild serves a StateIndex on a memory store over remoting until
 // its standard input closes. STATEINDEX_TEST_MAX_BYTES sets the message
 // limit; STATEINDEX_TEST_GATE=1 makes every append block forever (after
-// printing "append entered").
+// printing "append entered"); STATEINDEX_TEST_STOP_SHARDS=1 stops the
+// Server's shards (Server.Stop) but leaves its gateway exposed.
 func runRemoteChild() int {
 	sys := quietSystem()
 	if _, err := actors.StartRemote(sys, actors.RemoteConfig("127.0.0.1", 0)); err != nil {
@@ -69,6 +70,9 @@ func runRemoteChild() int {
 	if _, err := srv.Expose(&actors.ExposeOptions{MaxMessageBytes: limit}); err != nil {
 		fmt.Println("error:", err)
 		return 1
+	}
+	if os.Getenv("STATEINDEX_TEST_STOP_SHARDS") != "" {
+		srv.Stop() // the gateway stays: its shards are gone
 	}
 	// A trivial remote actor, for the benchmarks' baseline: it answers each
 	// message with itself.
@@ -285,6 +289,40 @@ func TestRemoteRequestInFlightWhenTheServerDiesHasAnUnknownOutcome(t *testing.T)
 	_, err = p.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "s"}})
 	assert.True(t, errors.Is(err, actors.ErrUnavailable), "%v", err)
 	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// A request that reaches the gateway after its shard has stopped is
+// dead-lettered by Proto.Actor, which answers the remote caller itself (the
+// request's sender): the caller gets an unavailable error at once, not a
+// timeout, and can read it; a mutating request says it was not applied.
+func TestRemoteRequestToAStoppedShardIsUnavailable(t *testing.T) {
+	p := newRemotePair(t, "STATEINDEX_TEST_STOP_SHARDS=1")
+	for i, call := range []struct {
+		name string
+		do   func(context.Context, string) error
+	}{
+		{"read", func(ctx context.Context, scope string) error {
+			_, err := p.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: scope}})
+			return err
+		}},
+		{"write", func(ctx context.Context, scope string) error {
+			_, err := p.c.PushFrame(ctx, &messages.PushFrame{Header: mut(scope), Goal: "g", Budget: budget.TokenBudget{Total: 1000}})
+			return err
+		}},
+	} {
+		t.Run(call.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			err := call.do(ctx, fmt.Sprintf("stopped-%d", i))
+			var e *messages.Error
+			require.ErrorAs(t, err, &e)
+			assert.Equal(t, messages.CodeUnavailable, e.Code)
+			assert.Contains(t, e.Message, "not applied")
+			assert.False(t, errors.Is(err, actors.ErrTimeout), "a dead letter is answered, not timed out: %v", err)
+			assert.Less(t, time.Since(start), 4*time.Second)
+		})
+	}
 }
 
 func TestRemoteClientHonoursItsContext(t *testing.T) {

@@ -70,7 +70,7 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 				c.Respond(overloaded(m, gates[i].max))
 				return
 			}
-			c.RequestWithCustomSender(shards[i], &gated{m}, c.Sender())
+			c.RequestWithCustomSender(shards[i], &gated{req: m}, c.Sender())
 		case actor.SystemMessage, actor.AutoReceiveMessage:
 		default:
 			answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)), nil, 0)
@@ -93,7 +93,7 @@ func (s *Server) Client() *Client {
 			if !g.enter() {
 				return nil, overloaded(req, g.max).Failure()
 			}
-			return &gated{req}, nil
+			return &gated{req: req}, nil
 		}}
 }
 

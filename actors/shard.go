@@ -28,8 +28,17 @@ type shard struct {
 }
 
 type envelope struct {
-	req    messages.Request
-	sender *actor.PID
+	req messages.Request
+	to  replyTo
+}
+
+// replyTo is where a request's reply goes: a PID, and for a remote caller
+// (wire set by the gateway) the wire limit its reply is encoded with, on
+// the shard's goroutine, so that the reply can travel over remoting.
+type replyTo struct {
+	pid   *actor.PID
+	wire  bool
+	limit int
 }
 
 // outcome is what handling a request comes to: a reply now, a write to
@@ -70,8 +79,14 @@ func (g *gate) enter() bool {
 }
 
 // gated is a request admitted by the gate: the shard counts it out of the
-// mailbox when it takes it.
-type gated struct{ req messages.Request }
+// mailbox when it takes it. wire marks a remote caller's request (the
+// message's sender is that caller): its reply is encoded for the wire,
+// within limit bytes (see encodeReply).
+type gated struct {
+	req   messages.Request
+	wire  bool
+	limit int
+}
 
 func overloaded(req messages.Request, max int64) messages.Reply {
 	return failure(req, messages.Errorf(messages.CodeOverloaded,
@@ -80,17 +95,18 @@ func overloaded(req messages.Request, max int64) messages.Reply {
 
 // committed reports a write's append outcome to its shard.
 type committed struct {
-	w      *write
-	sender *actor.PID
-	res    eventstore.AppendResult
-	err    error
+	w   *write
+	to  replyTo
+	res eventstore.AppendResult
+	err error
 }
 
 // jobDone reports a job's result to its shard.
 type jobDone struct {
-	job    *job
-	sender *actor.PID
-	v      any
+	job *job
+	req messages.Request
+	to  replyTo
+	v   any
 }
 
 // drain asks a shard to answer once no write is in flight.
@@ -100,14 +116,14 @@ func (s *shard) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *gated:
 		s.gate.mailbox.Add(-1)
-		s.request(c, m.req)
+		s.request(c, m.req, replyTo{pid: c.Sender(), wire: m.wire, limit: m.limit})
 	case messages.Request:
-		s.request(c, m)
+		s.request(c, m, replyTo{pid: c.Sender()})
 	case *committed:
-		s.reply(c, m.sender, s.h.finish(m.w, m.res, m.err))
+		s.reply(c, m.to, m.w.req, s.h.finish(m.w, m.res, m.err))
 		s.resume(c, m.w.e.st.Scope)
 	case *jobDone:
-		if !s.run(c, m.job.scope, m.sender, m.job.finish(m.v)) {
+		if !s.run(c, m.job.scope, m.req, m.to, m.job.finish(m.v)) {
 			s.resume(c, m.job.scope)
 		}
 	case *drain:
@@ -127,17 +143,17 @@ func (s *shard) Receive(c actor.Context) {
 	s.gate.pending.Store(int64(s.held + len(s.waiting)))
 }
 
-func (s *shard) request(c actor.Context, m messages.Request) {
+func (s *shard) request(c actor.Context, m messages.Request, to replyTo) {
 	if int64(s.held+len(s.waiting)) >= s.gate.max {
-		s.reply(c, c.Sender(), overloaded(m, s.gate.max))
+		s.reply(c, to, m, overloaded(m, s.gate.max))
 		return
 	}
 	if q, busy := s.waiting[m.ScopeName()]; busy {
-		s.waiting[m.ScopeName()] = append(q, envelope{m, c.Sender()})
+		s.waiting[m.ScopeName()] = append(q, envelope{m, to})
 		s.held++
 		return
 	}
-	s.process(c, m, c.Sender())
+	s.process(c, m, to)
 }
 
 // resume runs the requests a scope held once its write or job is done,
@@ -147,7 +163,7 @@ func (s *shard) resume(c actor.Context, scope string) {
 	delete(s.waiting, scope)
 	s.held -= len(q)
 	for i, env := range q {
-		if s.process(c, env.req, env.sender) {
+		if s.process(c, env.req, env.to) {
 			rest := q[i+1:]
 			s.waiting[scope] = append(s.waiting[scope], rest...)
 			s.held += len(rest)
@@ -164,19 +180,19 @@ func (s *shard) resume(c actor.Context, scope string) {
 
 // process handles one request; it reports whether a write or job is now in
 // flight for the request's scope.
-func (s *shard) process(c actor.Context, req messages.Request, sender *actor.PID) bool {
-	return s.run(c, req.ScopeName(), sender, s.h.handle(req))
+func (s *shard) process(c actor.Context, req messages.Request, to replyTo) bool {
+	return s.run(c, req.ScopeName(), req, to, s.h.handle(req))
 }
 
 // run carries out an outcome: a reply is sent, a write appended, a job
 // started; the last two leave the scope busy (true).
-func (s *shard) run(c actor.Context, scope string, sender *actor.PID, o outcome) bool {
+func (s *shard) run(c actor.Context, scope string, req messages.Request, to replyTo, o outcome) bool {
 	self, root := c.Self(), c.ActorSystem().Root
 	switch {
 	case o.w != nil:
 		w := o.w
 		done := func(res eventstore.AppendResult, err error) {
-			root.Send(self, &committed{w: w, sender: sender, res: res, err: err})
+			root.Send(self, &committed{w: w, to: to, res: res, err: err})
 		}
 		if a, ok := s.h.store.(eventstore.AsyncAppender); ok {
 			a.AppendAsync(context.Background(), w.e.st.Scope, w.expected, w.enc, done)
@@ -185,9 +201,9 @@ func (s *shard) run(c actor.Context, scope string, sender *actor.PID, o outcome)
 		}
 	case o.job != nil:
 		j := o.job
-		go func() { root.Send(self, &jobDone{job: j, sender: sender, v: j.run()}) }()
+		go func() { root.Send(self, &jobDone{job: j, req: req, to: to, v: j.run()}) }()
 	default:
-		s.reply(c, sender, o.reply)
+		s.reply(c, to, req, o.reply)
 		return false
 	}
 	if _, busy := s.waiting[scope]; !busy {
@@ -196,8 +212,13 @@ func (s *shard) run(c actor.Context, scope string, sender *actor.PID, o outcome)
 	return true
 }
 
-func (s *shard) reply(c actor.Context, to *actor.PID, reply messages.Reply) {
-	if to != nil {
-		c.Send(to, reply)
+// reply sends req's reply, encoded for the wire when to is a remote caller.
+func (s *shard) reply(c actor.Context, to replyTo, req messages.Request, reply messages.Reply) {
+	switch {
+	case to.pid == nil:
+	case to.wire:
+		c.Send(to.pid, encodeReply(reply, req, to.limit))
+	default:
+		c.Send(to.pid, reply)
 	}
 }

@@ -164,15 +164,8 @@ type Undecodable struct {
 	messages.Result
 }
 
-// LoadInfo says how a scope's state was rebuilt.
-type LoadInfo struct {
-	FromSnapshot    bool
-	SnapshotVersion int64 // 0 without a snapshot
-	SnapshotBytes   int64 // the snapshot's encoded size
-	Replayed        int64 // events applied after the snapshot
-	ReplayedBytes   int64 // their encoded payload bytes
-	Took            time.Duration
-}
+// LoadInfo says how a scope's state was rebuilt (eventstore.LoadInfo).
+type LoadInfo = eventstore.LoadInfo
 
 // Recall says how long a scope remembers request ids (zero: the defaults).
 type Recall struct {
@@ -182,70 +175,10 @@ type Recall struct {
 // Recall returns the configuration's request-id horizon.
 func (c Config) Recall() Recall { return Recall{c.RequestHorizon, c.ClockSkew} }
 
-func (r Recall) newState(scope string) *frames.State {
-	st := frames.NewState(scope, 0)
-	st.SetHorizon(int64(r.Horizon), int64(r.Skew))
-	return st
-}
-
-// LoadState rebuilds a scope's state from the store: its latest snapshot
-// (if readable, of the current format, and continued by the log) plus the
-// events after it, or a full replay. A log that does not replay — a record
-// that does not decode, an event inconsistent with the state — is an error
-// naming the stream and version. log may be nil.
+// LoadState rebuilds a scope's state from the store with the request-id
+// horizon recall: eventstore.LoadState, which it calls, says how.
 func LoadState(ctx context.Context, store eventstore.Store, scope string, recall Recall, log *slog.Logger) (*frames.State, LoadInfo, error) {
-	if log == nil {
-		log = slog.Default()
-	}
-	start := time.Now()
-	var info LoadInfo
-	var st *frames.State
-	snap, ok, err := store.LoadSnapshot(ctx, scope)
-	if err != nil {
-		log.Warn("stateindex: snapshot unreadable, replaying the whole stream", "scope", scope, "error", err)
-	} else if ok {
-		s, ok2, err := eventstore.DecodeState(scope, snap)
-		switch {
-		case err != nil:
-			log.Warn("stateindex: snapshot undecodable, replaying the whole stream", "scope", scope, "error", err)
-		case ok2:
-			s.SetHorizon(int64(recall.Horizon), int64(recall.Skew))
-			st, info.FromSnapshot, info.SnapshotVersion, info.SnapshotBytes = s, true, snap.Version, int64(len(snap.Data))
-		}
-	}
-	if st == nil {
-		st = recall.newState(scope)
-	}
-	err = replay(ctx, store, st, &info)
-	if err != nil && info.FromSnapshot {
-		// A snapshot that the log does not continue is not trusted.
-		log.Warn("stateindex: snapshot inconsistent with log, replaying the whole stream", "scope", scope, "error", err)
-		st, info = recall.newState(scope), LoadInfo{}
-		err = replay(ctx, store, st, &info)
-	}
-	if err != nil {
-		return nil, info, err
-	}
-	info.Took = time.Since(start)
-	return st, info, nil
-}
-
-func replay(ctx context.Context, store eventstore.Store, st *frames.State, info *LoadInfo) error {
-	return store.ReadStream(ctx, st.Scope, st.Version+1, func(r eventstore.Record) error {
-		if r.Version != st.Version+1 {
-			return &eventstore.CorruptionError{Stream: r.Stream, Version: r.Version, Reason: fmt.Sprintf("expected version %d", st.Version+1)}
-		}
-		ev, err := eventstore.DecodeFrameEvent(r)
-		if err != nil {
-			return err
-		}
-		if err := frames.Apply(st, ev); err != nil {
-			return &eventstore.CorruptionError{Stream: r.Stream, Version: r.Version, Reason: err.Error()}
-		}
-		info.Replayed++
-		info.ReplayedBytes += int64(len(r.Data))
-		return nil
-	})
+	return eventstore.LoadState(ctx, store, scope, int64(recall.Horizon), int64(recall.Skew), log)
 }
 
 func (h *handler) put(scope string, e *entry) {

@@ -97,6 +97,19 @@ func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request
 	return zero, messages.Errorf(messages.CodeInternal, "unexpected reply %T to %T", res, req)
 }
 
+// Do sends any request and returns its reply, of the type
+// messages.ReplyFor(req) names (a typed method of the Client is the same
+// call with the reply's type spelled out). Tools that hold requests of
+// many operations — replays, drivers, proxies — use it instead of a switch
+// over the Client's methods.
+func (c *Client) Do(ctx context.Context, req messages.Request) (messages.Reply, error) {
+	r, err := call[messages.Reply](ctx, c, req)
+	if r != nil && req != nil && reflect.TypeOf(r) != reflect.TypeOf(messages.ReplyFor(req)) {
+		return nil, messages.Errorf(messages.CodeInternal, "unexpected reply %T to %T", r, req)
+	}
+	return r, err
+}
+
 // timeoutError is the error of a request whose context ended: ErrTimeout
 // wrapping the context's error (context.DeadlineExceeded or
 // context.Canceled).

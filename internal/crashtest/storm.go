@@ -262,35 +262,9 @@ func resultVersion(r messages.Reply) int64 {
 	return -1
 }
 
-// call sends req through the typed Client method of its type.
+// call sends req through the Client.
 func call(ctx context.Context, c *actors.Client, req messages.Request) (messages.Reply, error) {
-	switch r := req.(type) {
-	case *messages.PushFrame:
-		return c.PushFrame(ctx, r)
-	case *messages.PopFrame:
-		return c.PopFrame(ctx, r)
-	case *messages.UpdateFrame:
-		return c.UpdateFrame(ctx, r)
-	case *messages.AddContextHandle:
-		return c.AddContextHandle(ctx, r)
-	case *messages.AddResult:
-		return c.AddResult(ctx, r)
-	case *messages.RecordUsage:
-		return c.RecordUsage(ctx, r)
-	case *messages.StartToolCall:
-		return c.StartToolCall(ctx, r)
-	case *messages.FinishToolCall:
-		return c.FinishToolCall(ctx, r)
-	case *messages.SuspendFrame:
-		return c.SuspendFrame(ctx, r)
-	case *messages.ResumeFrame:
-		return c.ResumeFrame(ctx, r)
-	case *messages.CompactContext:
-		return c.CompactContext(ctx, r)
-	case *messages.ResumeActor:
-		return c.ResumeActor(ctx, r)
-	}
-	return nil, fmt.Errorf("crashtest: no client call for %T", req)
+	return c.Do(ctx, req)
 }
 
 // Resume rebuilds the storm's view of a scope with ResumeActor, as an

@@ -92,35 +92,7 @@ func Build(s Step) (messages.Request, error) {
 // Send sends a request built by Build and returns its reply (also with an
 // error, when the reply carries one).
 func Send(ctx context.Context, c *actors.Client, req messages.Request) (messages.Reply, error) {
-	switch r := req.(type) {
-	case *messages.PushFrame:
-		return c.PushFrame(ctx, r)
-	case *messages.PopFrame:
-		return c.PopFrame(ctx, r)
-	case *messages.UpdateFrame:
-		return c.UpdateFrame(ctx, r)
-	case *messages.AddContextHandle:
-		return c.AddContextHandle(ctx, r)
-	case *messages.AddResult:
-		return c.AddResult(ctx, r)
-	case *messages.RecordUsage:
-		return c.RecordUsage(ctx, r)
-	case *messages.StartToolCall:
-		return c.StartToolCall(ctx, r)
-	case *messages.FinishToolCall:
-		return c.FinishToolCall(ctx, r)
-	case *messages.SuspendFrame:
-		return c.SuspendFrame(ctx, r)
-	case *messages.ResumeFrame:
-		return c.ResumeFrame(ctx, r)
-	case *messages.CompactContext:
-		return c.CompactContext(ctx, r)
-	case *messages.ResumeActor:
-		return c.ResumeActor(ctx, r)
-	case *messages.GetStack:
-		return c.GetStack(ctx, r)
-	}
-	return nil, fmt.Errorf("upgrade: cannot send %T", req)
+	return c.Do(ctx, req)
 }
 
 // Wire returns a request's msgpack encoding and the SHA-256 digest of it:

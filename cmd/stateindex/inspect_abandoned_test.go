@@ -3,12 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
 	"testing"
-	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -21,19 +17,7 @@ import (
 // A frame popped with a tool call still open shows the call as abandoned.
 func TestInspectListsAbandonedToolCalls(t *testing.T) {
 	dir := t.TempDir()
-	func() {
-		store, err := openStore(dir, true, time.Second)
-		require.NoError(t, err)
-		defer store.Close()
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-		defer sys.Shutdown()
-		cfg := actors.DefaultConfig()
-		cfg.TokenKey, cfg.Logger = bytes.Repeat([]byte{7}, 32), quiet
-		srv, err := actors.Start(sys, store, cfg)
-		require.NoError(t, err)
-		defer srv.Stop()
-		c, ctx := srv.Client(), context.Background()
+	withServer(t, dir, func(c *actors.Client, ctx context.Context) {
 		m := messages.Header{Scope: "agent-8"}
 		root, err := c.PushFrame(ctx, &messages.PushFrame{Header: m, Goal: "plan", Budget: budget.TokenBudget{Total: 100}})
 		require.NoError(t, err)
@@ -43,7 +27,7 @@ func TestInspectListsAbandonedToolCalls(t *testing.T) {
 		require.NoError(t, err)
 		_, err = c.PopFrame(ctx, &messages.PopFrame{Header: m, FrameID: child.FrameID, Status: frames.StatusFailed})
 		require.NoError(t, err)
-	}()
+	})
 	var out, errb bytes.Buffer
 	require.Equal(t, 0, run([]string{"inspect", "--data", dir}, &out, &errb), errb.String())
 	assert.Regexp(t, `└─ \w+ failed .*1 tool call\(s\) abandoned: charge_card call-pay-1  "pay"`, out.String())

@@ -23,8 +23,9 @@ import (
 	"github.com/stateindex/stateindex/messages"
 )
 
-// populate writes a small frame tree into dir's data file and closes it.
-func populate(t *testing.T, dir string) {
+// withServer runs fn against a StateIndex on dir's data file, then stops
+// it and closes the file.
+func withServer(t *testing.T, dir string, fn func(c *actors.Client, ctx context.Context)) {
 	t.Helper()
 	store, err := openStore(dir, true, time.Second)
 	require.NoError(t, err)
@@ -37,7 +38,16 @@ func populate(t *testing.T, dir string) {
 	srv, err := actors.Start(sys, store, cfg)
 	require.NoError(t, err)
 	defer srv.Stop()
-	c, ctx := srv.Client(), context.Background()
+	fn(srv.Client(), context.Background())
+}
+
+// populate writes a small frame tree into dir's data file and closes it.
+func populate(t *testing.T, dir string) {
+	t.Helper()
+	withServer(t, dir, func(c *actors.Client, ctx context.Context) { populateWith(t, c, ctx) })
+}
+
+func populateWith(t *testing.T, c *actors.Client, ctx context.Context) {
 	m := messages.Header{Scope: "agent-7"}
 	root, err := c.PushFrame(ctx, &messages.PushFrame{Header: m, Goal: "plan the trip", Budget: budget.TokenBudget{Total: 8000}})
 	require.NoError(t, err)

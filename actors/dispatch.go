@@ -43,7 +43,6 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -330,12 +329,10 @@ func init() {
 					return nil, err
 				}
 				reply := &messages.CompactionResult{Result: res, FrameID: frameOf(evs), OriginalTokens: e.OriginalTokens, FinalTokens: e.FinalTokens,
-					Level: e.Level, ItemsRemoved: len(e.Removed), Removed: e.Removed}
+					Level: e.Level, Removed: e.Removed}
+				reply.ItemsRemoved, reply.ItemsSummarized = e.Counts()
 				if e.Summary != nil {
-					// A handle the summary covers is summarized, not counted as
-					// removed too: the two counts add up to len(Removed).
-					reply.SummaryID, reply.ItemsSummarized = e.Summary.ID, coveredCount(e.Removed, e.Summary.Covers)
-					reply.ItemsRemoved -= reply.ItemsSummarized
+					reply.SummaryID = e.Summary.ID
 				}
 				return reply, nil
 			}),
@@ -410,22 +407,6 @@ func (h *handler) suspension(evs []frames.Event, version int64) *messages.Suspen
 	return t
 }
 
-// coveredCount counts the removed handles a summary covers, each once.
-func coveredCount(removed, covers []string) int {
-	rm := make(map[string]bool, len(removed))
-	for _, id := range removed {
-		rm[id] = true
-	}
-	n := 0
-	for _, id := range covers {
-		if rm[id] {
-			n++
-			rm[id] = false
-		}
-	}
-	return n
-}
-
 func summary(f *frames.Frame) messages.FrameSummary {
 	s := messages.FrameSummary{
 		ID: f.ID, ParentID: f.ParentID, Goal: f.Goal, Status: f.Status, Depth: f.Depth, Budget: f.Budget,
@@ -481,7 +462,7 @@ func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) me
 	p, err := frames.AssemblePack(h.cfg.Frames, st, frames.PackQuery{FrameID: r.FrameID, Budget: r.BudgetTokens, Role: r.Role,
 		Include: r.IncludeHandles, Exclude: r.ExcludeHandles, MinLevel: r.MinCompaction, Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer}, &h.pack)
 	if err != nil {
-		return failure(r, packError(err))
+		return failure(r, toWire(err))
 	}
 	crumbs := make([]messages.Breadcrumb, len(p.Breadcrumbs))
 	for i, b := range p.Breadcrumbs {
@@ -504,13 +485,4 @@ func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) me
 		Dropped:    p.Dropped,
 		Summarized: p.Summarized,
 	}
-}
-
-// packError is toWire, with the minimum budget a pack refuses under.
-func packError(err error) *messages.Error {
-	var small *frames.BudgetTooSmallError
-	if errors.As(err, &small) {
-		return &messages.Error{Code: messages.CodeBudgetTooSmall, Needed: small.Needed, Message: small.Error()}
-	}
-	return toWire(err)
 }

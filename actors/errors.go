@@ -86,6 +86,7 @@ var errorTable = []struct {
 	{budget.ErrInsufficientTokens, messages.CodeInsufficientTokens},
 	{budget.ErrLimitExceeded, messages.CodeLimitExceeded},
 	{compaction.ErrCriticalExceedsBudget, messages.CodeCriticalExceedsBudget},
+	{frames.ErrBudgetTooSmall, messages.CodeBudgetTooSmall},
 	{eventstore.ErrConflict, messages.CodeVersionConflict},
 	{eventstore.ErrRecordTooLarge, messages.CodeTooLarge},
 	{eventstore.ErrWritesDisabled, messages.CodeStoreFailed},
@@ -120,6 +121,10 @@ func toWire(err error) *messages.Error {
 	var ite *budget.InsufficientTokensError
 	if errors.As(err, &ite) {
 		out.Requested, out.Available = ite.Requested, ite.Available
+	}
+	var small *frames.BudgetTooSmallError
+	if errors.As(err, &small) {
+		out.Needed = small.Needed
 	}
 	var coe *compaction.CriticalOverflowError
 	if errors.As(err, &coe) {

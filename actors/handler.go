@@ -239,9 +239,7 @@ func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, inf
 		start = time.Now()
 	}
 	m := req.Mut()
-	if m.RequestID == "" {
-		return replied(failure(req, messages.Errorf(messages.CodeInvalidArgument, "request id is required on %T (the Client sets one)", req)))
-	}
+	// Required (an empty id is refused here too; the Client fills one in).
 	if err := frames.ValidateID("request id", m.RequestID, h.cfg.Frames.MaxIDBytes); err != nil {
 		return replied(failure(req, toWire(err)))
 	}
@@ -341,7 +339,6 @@ func (h *handler) finish(w *write, res eventstore.AppendResult, err error) messa
 		if errors.Is(err, eventstore.ErrConflict) || errors.Is(err, eventstore.ErrCommitFailed) {
 			// Someone else wrote this stream, or a commit of unknown outcome
 			// may have reached the file: the cached state cannot be trusted.
-			// Someone else wrote this stream: our state is stale.
 			h.cache.Remove(st.Scope)
 		}
 		return failure(w.req, toWire(err))

@@ -156,6 +156,25 @@ type FrameCompacted struct {
 	Level          compaction.Level `msgpack:"lv"`
 }
 
+// Counts splits the handles a compaction removed: summarized are those its
+// summary covers, dropped the rest; each removed handle counts once, so the
+// two add up to len(Removed).
+func (e *FrameCompacted) Counts() (dropped, summarized int) {
+	if e.Summary != nil {
+		rm := make(map[string]bool, len(e.Removed))
+		for _, id := range e.Removed {
+			rm[id] = true
+		}
+		for _, id := range e.Summary.Covers {
+			if rm[id] {
+				summarized++
+				rm[id] = false
+			}
+		}
+	}
+	return len(e.Removed) - summarized, summarized
+}
+
 // ActorResumed: an actor recovered this scope after a restart.
 type ActorResumed struct {
 	Meta            `msgpack:",inline"`

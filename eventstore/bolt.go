@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -56,8 +57,26 @@ type BoltStore struct {
 	// writes; an error from it fails the commit. Tests use it to inject
 	// failures.
 	commitHook atomic.Pointer[func() error]
+	// applyHook, if set, runs inside each of the applier's bbolt
+	// transactions (journal path); an error fails it.
+	applyHook atomic.Pointer[func() error]
 
 	cm committer // owned by the committer goroutine
+
+	// batchBytes caps one group commit (MaxCommitBytes; with the journal
+	// also what one segment holds).
+	batchBytes int
+
+	// The journal (nil when Options.JournalOff): see journal_store.go.
+	j            *journal
+	over         *overlay // journaled records bbolt does not cover yet (empty without a journal)
+	ap           applier
+	jseq         uint64 // committer: the last sequence written to the journal
+	applied      atomic.Uint64
+	applications atomic.Uint64
+	frames       atomic.Uint64
+	warnings     []string
+	replayInfo   ReplayInfo
 }
 
 var _ Store = (*BoltStore)(nil)
@@ -73,6 +92,10 @@ func Open(path string, opts *Options) (*BoltStore, error) {
 	}
 	_, statErr := os.Stat(path)
 	created := errors.Is(statErr, fs.ErrNotExist)
+	metaWarn := ""
+	if !created {
+		metaWarn = checkMetaPages(path)
+	}
 
 	db, err := openBolt(path, o)
 	if err != nil {
@@ -99,13 +122,31 @@ func Open(path string, opts *Options) (*BoltStore, error) {
 		return nil, err
 	}
 	s := &BoltStore{
-		db:    db,
-		path:  path,
-		opts:  o,
-		queue: make(chan *request, queueLength),
-		done:  make(chan struct{}),
+		db:         db,
+		path:       path,
+		opts:       o,
+		queue:      make(chan *request, queueLength),
+		done:       make(chan struct{}),
+		over:       newOverlay(),
+		batchBytes: o.MaxCommitBytes,
+	}
+	s.ap.kick = make(chan struct{}, 1)
+	s.ap.stop = make(chan struct{})
+	s.ap.done = make(chan struct{})
+	if err := s.openJournal(metaWarn); err != nil {
+		if s.j != nil {
+			_ = s.j.close()
+		}
+		_ = db.Close()
+		return nil, err
 	}
 	s.cm.init()
+	if s.j != nil {
+		s.batchBytes = min(o.MaxCommitBytes, int(s.j.capacity())-frameHeaderSize-frameAlign)
+		go s.applyLoop()
+	} else {
+		close(s.ap.done)
+	}
 	go s.run()
 	return s, nil
 }
@@ -348,6 +389,12 @@ func (s *BoltStore) newAppend(ctx context.Context, stream string, expected int64
 		putRequest(r)
 		return nil, err
 	}
+	if r.frameBytes() > s.batchBytes {
+		n := r.frameBytes()
+		putRequest(r)
+		return nil, fmt.Errorf("%w: %d events encode to %d bytes; one journal segment holds %d (Options.JournalSegmentBytes)",
+			ErrAppendTooLarge, len(events), n, s.batchBytes)
+	}
 	r.kind, r.ctx, r.stream, r.expected = reqAppend, ctx, stream, expected
 	return r, nil
 }
@@ -439,12 +486,17 @@ func (s *BoltStore) ReadStream(ctx context.Context, stream string, from int64, f
 	}
 	cr := newChainReader(stream, from)
 	return deliver(ctx, func(buf []Record) (chunk []Record, end bool, err error) {
+		over := s.over.stream(stream) // before the transaction: see overlay.go
 		err = s.view(func(tx *bolt.Tx) error {
 			bk, err := openBuckets(tx)
 			if err != nil {
 				return err
 			}
-			chunk, end, err = cr.readChunk(newBoltSource(bk, stream), buf, true, chunkRecords, chunkBytes)
+			src, err := newLayeredSource(newBoltSource(bk, stream), over)
+			if err != nil {
+				return err
+			}
+			chunk, end, err = cr.readChunk(src, buf, true, chunkRecords, chunkBytes)
 			return err
 		})
 		return chunk, end, err
@@ -457,12 +509,16 @@ func (s *BoltStore) ReadStream(ctx context.Context, stream string, from int64, f
 func (s *BoltStore) ReadAll(ctx context.Context, from uint64, fn func(Record) error) error {
 	w := allWalker{next: max(from, 1)}
 	return deliver(ctx, func(buf []Record) (chunk []Record, end bool, err error) {
+		over, _ := s.over.view() // before the transaction: see overlay.go
 		err = s.view(func(tx *bolt.Tx) error {
 			bk, err := openBuckets(tx)
 			if err != nil {
 				return err
 			}
 			chunk, end, err = w.readChunk(bk, buf)
+			if err == nil && end {
+				chunk, end, err = w.readOverlay(over, chunk)
+			}
 			return err
 		})
 		return chunk, end, err
@@ -540,6 +596,40 @@ func (w *allWalker) readChunk(bk *buckets, out []Record) ([]Record, bool, error)
 	return out, true, nil
 }
 
+// readOverlay continues a global walk past bbolt's last sequence with the
+// overlay's records.
+func (w *allWalker) readOverlay(over []jrec, out []Record) ([]Record, bool, error) {
+	if len(over) == 0 || w.next > over[len(over)-1].seq {
+		return out, true, nil
+	}
+	if w.next < over[0].seq {
+		return out, true, corrupt("", 0, fmt.Sprintf("sequence %d is neither in bbolt nor in the journal", w.next))
+	}
+	size := 0
+	for i := int(w.next - over[0].seq); i < len(over); i++ {
+		if len(out) >= chunkRecords || size >= chunkBytes {
+			return out, false, nil
+		}
+		r := &over[i]
+		var f recordFields
+		if err := parseRecord(r.raw, &f); err != nil {
+			return out, true, recordDecodeError(r.stream, r.version, err)
+		}
+		out = append(out, Record{
+			Stream:   r.stream,
+			Version:  r.version,
+			Seq:      r.seq,
+			Type:     w.types.get(f.typ),
+			Data:     cloneBytes(f.data),
+			PrevHash: f.prev,
+			Hash:     r.hash,
+		})
+		size += len(r.raw)
+		w.next = r.seq + 1
+	}
+	return out, true, nil
+}
+
 // Stream implements Store.
 func (s *BoltStore) Stream(ctx context.Context, stream string) (StreamInfo, error) {
 	if err := checkStream(stream); err != nil {
@@ -549,6 +639,7 @@ func (s *BoltStore) Stream(ctx context.Context, stream string) (StreamInfo, erro
 		return StreamInfo{}, err
 	}
 	info := StreamInfo{Stream: stream}
+	over := s.over.stream(stream)
 	err := s.view(func(tx *bolt.Tx) error {
 		bk, err := openBuckets(tx)
 		if err != nil {
@@ -562,6 +653,9 @@ func (s *BoltStore) Stream(ctx context.Context, stream string) (StreamInfo, erro
 	if err != nil {
 		return StreamInfo{}, err
 	}
+	if n := len(over); n > 0 && over[n-1].version > info.Version {
+		info.Version, info.Head = over[n-1].version, over[n-1].hash
+	}
 	return info, nil
 }
 
@@ -569,6 +663,7 @@ func (s *BoltStore) Stream(ctx context.Context, stream string) (StreamInfo, erro
 func (s *BoltStore) Streams(ctx context.Context, fn func(StreamInfo) error) error {
 	var after []byte
 	var chunk []StreamInfo
+	over := s.over.heads() // before any transaction: see overlay.go
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -604,16 +699,55 @@ func (s *BoltStore) Streams(ctx context.Context, fn func(StreamInfo) error) erro
 		if err != nil {
 			return err
 		}
+		var next []byte
+		if !end && len(chunk) > 0 {
+			next = []byte(chunk[len(chunk)-1].Stream)
+		}
+		chunk, over = mergeHeads(chunk, over, next)
 		for _, info := range chunk {
 			if err := fn(info); err != nil {
 				return err
 			}
 		}
-		if end || len(chunk) == 0 {
+		if next == nil {
 			return nil
 		}
-		after = []byte(chunk[len(chunk)-1].Stream)
+		after = next
 	}
+}
+
+// mergeHeads merges into a chunk of bbolt's heads (sorted) the overlay's
+// heads up to bound (all of them when bound is nil), the higher version
+// winning; it returns the overlay heads left.
+func mergeHeads(chunk, over []StreamInfo, bound []byte) ([]StreamInfo, []StreamInfo) {
+	k := len(over)
+	if bound != nil {
+		k = sort.Search(len(over), func(i int) bool { return over[i].Stream > string(bound) })
+	}
+	if k == 0 {
+		return chunk, over
+	}
+	merged := make([]StreamInfo, 0, len(chunk)+k)
+	i, j := 0, 0
+	for i < len(chunk) || j < k {
+		switch {
+		case j == k || (i < len(chunk) && chunk[i].Stream < over[j].Stream):
+			merged = append(merged, chunk[i])
+			i++
+		case i == len(chunk) || over[j].Stream < chunk[i].Stream:
+			merged = append(merged, over[j])
+			j++
+		default:
+			if over[j].Version > chunk[i].Version {
+				merged = append(merged, over[j])
+			} else {
+				merged = append(merged, chunk[i])
+			}
+			i++
+			j++
+		}
+	}
+	return merged, over[k:]
 }
 
 // LastSeq implements Store.
@@ -622,6 +756,7 @@ func (s *BoltStore) LastSeq(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	var last uint64
+	_, overLast := s.over.view()
 	err := s.view(func(tx *bolt.Tx) error {
 		bk, err := openBuckets(tx)
 		if err != nil {
@@ -630,7 +765,7 @@ func (s *BoltStore) LastSeq(ctx context.Context) (uint64, error) {
 		last, err = readLastSeq(bk.meta)
 		return err
 	})
-	return last, err
+	return max(last, overLast), err
 }
 
 // LoadSnapshot implements Store. A snapshot whose checksum fails, or that
@@ -681,13 +816,18 @@ func (s *BoltStore) VerifyStream(ctx context.Context, stream string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	over := s.over.stream(stream)
 	return s.view(func(tx *bolt.Tx) error {
 		bk, err := openBuckets(tx)
 		if err != nil {
 			return err
 		}
+		src, err := newLayeredSource(newBoltSource(bk, stream), over)
+		if err != nil {
+			return err
+		}
 		cr := newChainReader(stream, 1)
-		return verifyChain(ctx, &cr, newBoltSource(bk, stream))
+		return verifyChain(ctx, &cr, src)
 	})
 }
 
@@ -716,7 +856,14 @@ func (s *BoltStore) Close() error {
 		close(s.queue)
 		s.mu.Unlock()
 		<-s.done
-		if err := s.db.Close(); err != nil {
+		close(s.ap.stop) // the applier writes what is left to bbolt, then exits
+		<-s.ap.done
+		if s.j != nil {
+			if err := s.j.close(); err != nil {
+				s.closeErr = fmt.Errorf("eventstore: close journal of %s: %w", s.path, err)
+			}
+		}
+		if err := s.db.Close(); err != nil && s.closeErr == nil {
 			s.closeErr = fmt.Errorf("eventstore: close %s: %w", s.path, err)
 		}
 	})

@@ -17,6 +17,7 @@ type reqKind uint8
 const (
 	reqAppend reqKind = iota
 	reqSnapshot
+	reqFlush // journal: wait until bbolt covers needSeq
 )
 
 // request is one Append or SaveSnapshot waiting for the committer. The
@@ -26,8 +27,9 @@ type request struct {
 	kind        reqKind
 	ctx         context.Context
 	stream      string
-	expected    int64 // appends
-	snapVersion int64 // snapshots
+	expected    int64  // appends
+	snapVersion int64  // snapshots
+	needSeq     uint64 // journal: the applier answers once bbolt covers it
 	buf         []byte
 	ends        []int // end offset in buf of each record (appends)
 
@@ -76,6 +78,11 @@ type committer struct {
 	arena  []byte // values handed to bbolt, valid until the commit ends
 	key    []byte // scratch key: bbolt copies keys, not values
 	k8     [8]byte
+
+	// journal path
+	rtx   *bolt.Tx // read transaction for heads bbolt holds, per batch
+	rbk   *buckets
+	jrecs []jrec
 }
 
 // streamState is a stream's head as updated by earlier requests of the
@@ -126,25 +133,29 @@ func (s *BoltStore) run() {
 			first = r
 		}
 		batch := append(s.cm.batch[:0], first)
-		size := len(first.buf)
+		size := first.frameBytes()
 	drain:
-		for size < s.opts.MaxCommitBytes {
+		for size < s.batchBytes {
 			select {
 			case r, ok := <-s.queue:
 				if !ok {
 					break drain
 				}
-				if size+len(r.buf) > s.opts.MaxCommitBytes {
+				if size+r.frameBytes() > s.batchBytes {
 					carry = r
 					break drain
 				}
 				batch = append(batch, r)
-				size += len(r.buf)
+				size += r.frameBytes()
 			default:
 				break drain
 			}
 		}
-		s.commit(batch)
+		if s.j != nil {
+			s.commitJournal(batch)
+		} else {
+			s.commit(batch)
+		}
 		clear(batch)
 		s.cm.batch = batch[:0]
 	}

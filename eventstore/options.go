@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -14,8 +15,8 @@ const (
 	// request the protocol accepts) plus its envelope.
 	DefaultMaxRecordBytes = 1<<20 + 64<<10
 	// DefaultMaxAppendBytes bounds the memory one Append can pin in the
-	// commit queue.
-	DefaultMaxAppendBytes = 16 << 20
+	// commit queue (and, with the journal, must fit one journal segment).
+	DefaultMaxAppendBytes = 8 << 20
 	// DefaultMaxSnapshotBytes bounds one encoded snapshot.
 	DefaultMaxSnapshotBytes = 64 << 20
 	// DefaultOpenTimeout is how long Open waits for another holder of the
@@ -25,6 +26,19 @@ const (
 	// pending appends to one transaction (a single larger append still
 	// commits alone).
 	DefaultMaxCommitBytes = 32 << 20
+	// DefaultJournalSegmentBytes is the size of one preallocated journal
+	// segment.
+	DefaultJournalSegmentBytes = 16 << 20
+	// DefaultJournalSegments bounds the journal: at most this many segments
+	// exist, so the journal never holds more than
+	// DefaultJournalSegments × DefaultJournalSegmentBytes (64 MiB).
+	DefaultJournalSegments = 4
+	// DefaultApplyInterval is the longest an acknowledged record waits in
+	// the journal before the background applier writes it to bbolt.
+	DefaultApplyInterval = 100 * time.Millisecond
+	// DefaultApplyBytes is the amount of journaled records that makes the
+	// applier write them to bbolt at once rather than wait for the interval.
+	DefaultApplyBytes = 4 << 20
 	// DefaultFileMode is the permission of a newly created data file.
 	DefaultFileMode os.FileMode = 0o600
 )
@@ -92,6 +106,37 @@ type Options struct {
 	// MaxCommitBytes is the size at which the committer stops adding pending
 	// appends to one transaction (default 32 MiB).
 	MaxCommitBytes int
+
+	// JournalOff turns the write-ahead journal off: every group commit is
+	// then a bbolt transaction with its two fsyncs (the path before the
+	// journal existed). With the journal on (the default), an append is
+	// durable once its record is in the journal — one fdatasync per group
+	// commit — and bbolt is brought up to date in the background. A journal
+	// left by an earlier run is replayed at Open either way.
+	JournalOff bool
+
+	// JournalSegmentBytes is the size of one journal segment (default
+	// 16 MiB, a multiple of 4096). One append must fit in a segment: a
+	// larger one fails with ErrAppendTooLarge.
+	JournalSegmentBytes int
+
+	// JournalSegments is the most segments the journal keeps (default 4,
+	// at least 2): the journal never exceeds
+	// JournalSegments × JournalSegmentBytes on disk. When every segment
+	// holds records bbolt does not cover yet, appends wait for the applier.
+	JournalSegments int
+
+	// ApplyInterval is the longest an acknowledged record waits before the
+	// background applier writes it to bbolt (default 100ms).
+	ApplyInterval time.Duration
+
+	// ApplyBytes is the amount of journaled records that starts an
+	// application at once (default 4 MiB).
+	ApplyBytes int
+
+	// Logger receives loud warnings (a damaged bbolt meta page, a torn
+	// journal tail that was cut). nil logs to slog.Default().
+	Logger *slog.Logger
 }
 
 type resolvedOptions struct {
@@ -119,6 +164,35 @@ func (o *Options) resolve() (resolvedOptions, error) {
 	}
 	if r.MaxCommitBytes == 0 {
 		r.MaxCommitBytes = DefaultMaxCommitBytes
+	}
+	if r.JournalSegmentBytes < 0 || r.JournalSegments < 0 || r.ApplyInterval < 0 || r.ApplyBytes < 0 {
+		return r, fmt.Errorf("%w: negative journal setting in %+v", ErrInvalidOptions, r.Options)
+	}
+	if r.JournalSegmentBytes == 0 {
+		r.JournalSegmentBytes = DefaultJournalSegmentBytes
+	}
+	if r.JournalSegments == 0 {
+		r.JournalSegments = DefaultJournalSegments
+	}
+	if r.ApplyInterval == 0 {
+		r.ApplyInterval = DefaultApplyInterval
+	}
+	if r.ApplyBytes == 0 {
+		r.ApplyBytes = DefaultApplyBytes
+	}
+	if r.Logger == nil {
+		r.Logger = slog.Default()
+	}
+	if !r.JournalOff {
+		if r.JournalSegments < 2 {
+			return r, fmt.Errorf("%w: the journal needs at least 2 segments, got %d", ErrInvalidOptions, r.JournalSegments)
+		}
+		if r.JournalSegmentBytes < minSegmentBytes || r.JournalSegmentBytes > maxSegmentBytes {
+			return r, fmt.Errorf("%w: a journal segment must be %d to %d bytes, got %d", ErrInvalidOptions, minSegmentBytes, maxSegmentBytes, r.JournalSegmentBytes)
+		}
+		if r.JournalSegmentBytes%4096 != 0 {
+			return r, fmt.Errorf("%w: a journal segment's size must be a multiple of 4096, got %d", ErrInvalidOptions, r.JournalSegmentBytes)
+		}
 	}
 	return r, nil
 }

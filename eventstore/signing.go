@@ -230,13 +230,18 @@ func (s *BoltStore) SignCheckpoint(ctx context.Context, stream string, version i
 	}
 	cp := Checkpoint{Stream: stream, Version: version, Reason: reason}
 	var refused error
+	over := s.over.stream(stream) // journaled records bbolt may not have yet
 	err := s.signUpdate(func(tx *bolt.Tx) error {
 		bk, err := openBuckets(tx)
 		if err != nil {
 			refused = err
 			return err
 		}
-		src := newBoltSource(bk, stream)
+		src, err := newLayeredSource(newBoltSource(bk, stream), over)
+		if err != nil {
+			refused = err
+			return err
+		}
 		head, headHash, _, err := src.head()
 		if err != nil {
 			refused = err

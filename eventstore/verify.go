@@ -30,6 +30,11 @@ func (s *BoltStore) Verify(ctx context.Context, report func(stream string, err e
 		stream string
 		err    error
 	}
+	// Journaled records bbolt does not cover yet are written to it first,
+	// so the one transaction below sees every acknowledged record.
+	if err := s.Flush(ctx); err != nil && !errors.Is(err, ErrWritesDisabled) {
+		return err
+	}
 	var problems []problem
 	truncated := false
 	add := func(stream string, err error) {

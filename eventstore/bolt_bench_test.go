@@ -32,6 +32,16 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
+// BenchmarkAppendJournalOff is BenchmarkAppend on the path without the
+// journal (a bbolt commit, two fsyncs, per group commit).
+func BenchmarkAppendJournalOff(b *testing.B) {
+	for _, writers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			benchAppend(b, writers, &eventstore.Options{JournalOff: true})
+		})
+	}
+}
+
 // BenchmarkAppendNoSync is the CPU ceiling of the same workload.
 func BenchmarkAppendNoSync(b *testing.B) {
 	for _, writers := range []int{1, 64} {

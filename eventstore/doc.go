@@ -37,9 +37,62 @@
 // Append-only buckets are written with FillPercent 1.0. Open refuses a file
 // whose format version it does not know with ErrUnsupportedFormat.
 //
+// # The write-ahead journal (on unless Options.JournalOff)
+//
+// A bbolt commit writes whole pages and syncs twice (data pages, then the
+// meta page). With the journal, a group commit is instead one frame
+// appended to a preallocated journal segment and made durable by one
+// fdatasync; bbolt stays the store of record and every index, brought up
+// to date in the background:
+//
+//	DATAFILE.journal/NNNNNNNN.seg   fixed-size segments (JournalSegmentBytes,
+//	                                at most JournalSegments of them)
+//	segment header (first 4096 bytes): magic "SIJRNL\x00\x01", uint32 format 1,
+//	    uint64 generation, uint64 bbolt's durable last sequence when the
+//	    segment was prepared, uint64 size, CRC-32C of the above
+//	frame (8-byte aligned, little-endian): uint32 payload length, CRC-32C
+//	    (of the length, the rest of the header and the payload), uint64 the
+//	    segment's generation, uint64 first sequence, uint32 record count,
+//	    uint32 kind; payload: per record a uint32 length and the record's
+//	    stored bytes (the envelope below, sequence and hashes filled in)
+//
+// Segments are zero-filled and synced once when created, so the
+// fdatasync of a later overwrite commits no file metadata. A segment is
+// reused with the next generation once two durable bbolt commits cover
+// every record in it (one commit late on purpose: if bbolt's newest meta
+// page is found damaged at Open, that commit's records are still in the
+// journal). The generation in each frame keeps a recycled segment's stale
+// frames from being read as new.
+//
+// The committer checks a batch exactly as below, writes its frame, syncs
+// it, publishes the records to an in-memory overlay and only then answers:
+// every read (ReadStream, ReadAll, Stream, Streams, LastSeq, VerifyStream,
+// SignCheckpoint) merges the overlay with bbolt, so an acknowledged append
+// is visible at once. The applier goroutine writes overlay records to
+// bbolt every ApplyInterval (100ms) or ApplyBytes (4 MiB), whichever
+// comes first, in one durable transaction, then drops them from the
+// overlay. Snapshots are written by the applier once bbolt covers the
+// version they describe; SaveSnapshot returns after that commit.
+//
+// Open replays the journal after what bbolt covers before serving
+// anything: frames in generation order, each checked (CRC, generation,
+// sequences continuous with bbolt's, each record continuing its stream's
+// chain) and applied to bbolt. A bad frame with nothing valid after it is
+// a torn write of a crash (never acknowledged) and is cut, with a warning;
+// a bad frame followed by a valid one is corruption: Open fails with a
+// *JournalError naming the segment and offset, never dropping acknowledged
+// records. A journal whose headers show bbolt once covered more than bbolt
+// now has, without the records in between, is refused the same way. With
+// the journal off, a journal left by an earlier run is still replayed, and
+// a damaged bbolt meta page is logged loudly rather than silently served.
+//
+// Caveat: a damaged final frame cannot be told from a torn write: it is cut
+// and reported (Warnings, the log), like the WALs of SQLite and PostgreSQL.
+//
 // # Durability and group commit
 //
-// Append returns only after its commit is fsynced. Appends are validated and
+// Append returns only after its commit is fsynced (journal on: after its
+// journal frame is). Appends are validated and
 // encoded in the caller's goroutine, then queued to a single committer
 // goroutine. The committer blocks for the first pending request, then takes
 // every other request already pending — without waiting for more: there is
@@ -52,11 +105,15 @@
 // number of concurrent writers while every acknowledged event survives a
 // crash. SaveSnapshot goes through the same committer.
 //
-// If a commit fails, every request of that batch fails: those whose writes
+// If a commit fails (journal on: the frame's write or fdatasync, or
+// preparing a segment), every request of that batch fails: those whose writes
 // were part of the commit with ErrCommitFailed (their outcome is unknown
 // until the store is reopened and read), the others with ErrWritesDisabled.
 // The store then refuses all further writes with ErrWritesDisabled until it
-// is reopened; reads keep working. A failed fsync is never retried.
+// is reopened; reads keep working. A failed fsync is never retried. A
+// failed background bbolt commit of the applier does the same (the records
+// it carried were acknowledged and stay readable from the journal; reopening
+// replays them).
 //
 // # Caveats
 //

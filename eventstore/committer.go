@@ -83,6 +83,7 @@ type committer struct {
 	rtx   *bolt.Tx // read transaction for heads bbolt holds, per batch
 	rbk   *buckets
 	jrecs []jrec
+	heads map[string]streamState // heads the committer wrote (bounded cache)
 }
 
 // streamState is a stream's head as updated by earlier requests of the

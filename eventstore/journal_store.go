@@ -25,6 +25,9 @@ import (
 // applyMaxBytes bounds the records one application writes to bbolt.
 const applyMaxBytes = 64 << 20
 
+// headCacheStreams bounds the stream heads the committer keeps.
+const headCacheStreams = 1 << 16
+
 // applier is the state of the applier goroutine.
 type applier struct {
 	kick    chan struct{} // buffered(1): something to look at
@@ -183,6 +186,22 @@ func (s *BoltStore) commitJournal(batch []*request) {
 		s.jseq = lastSeq
 		s.frames.Add(1)
 		s.over.publish(recs)
+		// The committer is the only writer: the heads it wrote stay true,
+		// and hot streams need no bbolt read in the next batch.
+		if c.heads == nil {
+			c.heads = make(map[string]streamState)
+		}
+		for name, st := range c.states {
+			if len(c.heads) >= headCacheStreams {
+				if _, ok := c.heads[name]; !ok {
+					for k := range c.heads { // evict an arbitrary one
+						delete(c.heads, k)
+						break
+					}
+				}
+			}
+			c.heads[name] = streamState{version: st.version, head: st.head}
+		}
 	}
 	clear(recs)
 	c.jrecs = recs[:0]
@@ -208,6 +227,10 @@ func (s *BoltStore) commitJournal(batch []*request) {
 func (s *BoltStore) jstate(stream string) (st streamState, err error) {
 	c := &s.cm
 	if st, ok := c.states[stream]; ok {
+		return st, nil
+	}
+	if st, ok := c.heads[stream]; ok {
+		c.states[stream] = st
 		return st, nil
 	}
 	if recs := s.over.stream(stream); len(recs) > 0 {

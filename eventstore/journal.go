@@ -507,6 +507,17 @@ func (j *journal) prepare(seg *segment, gen, covered uint64, created bool) error
 	return nil
 }
 
+// fail makes a committer waiting for a segment give up with err (the
+// store has stopped taking writes).
+func (j *journal) fail(err error) {
+	j.mu.Lock()
+	if j.failed == nil {
+		j.failed = err
+	}
+	j.cond.Broadcast()
+	j.mu.Unlock()
+}
+
 // close marks the journal closed (waking a waiting committer) and closes
 // its files.
 func (j *journal) close() error {

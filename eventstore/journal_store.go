@@ -304,7 +304,8 @@ func (s *BoltStore) applyLoop() {
 				}
 			}
 		}
-		if s.failed.Load() != nil {
+		if cause := s.failed.Load(); cause != nil {
+			s.j.fail(*cause)
 			s.failWaiters()
 		}
 		if stopping {

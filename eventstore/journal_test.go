@@ -371,6 +371,28 @@ func TestJournalFaults(t *testing.T) {
 		r := openAt(t, path, fast)
 		require.Len(t, records(t, r, "a"), acked)
 	})
+	t.Run("background commit fails while appends wait for a segment", func(t *testing.T) {
+		path := tempPath(t)
+		opts := *tiny
+		opts.ApplyInterval = time.Hour // only a full journal makes the applier run
+		s, err := eventstore.Open(path, &opts)
+		require.NoError(t, err)
+		eventstore.SetApplyHook(s, func() error { return injected })
+		payload := bytes.Repeat([]byte("z"), 3000)
+		acked := 0
+		for i := 0; i < 200; i++ {
+			if _, err = s.Append(ctx, "a", eventstore.Any, []eventstore.Event{{Type: "t", Data: payload}}); err != nil {
+				break
+			}
+			acked++
+		}
+		require.ErrorIs(t, err, eventstore.ErrWritesDisabled, "appends fail, never hang")
+		require.Less(t, acked, 200)
+		require.Len(t, records(t, s, "a"), acked)
+		require.NoError(t, s.Close())
+		r := openAt(t, path, fast)
+		require.Len(t, records(t, r, "a"), acked, "every acknowledged append replayed")
+	})
 	t.Run("background bbolt commit", func(t *testing.T) {
 		path := tempPath(t)
 		s, err := eventstore.Open(path, &eventstore.Options{NoSync: true, ApplyInterval: time.Millisecond})

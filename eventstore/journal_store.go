@@ -25,6 +25,9 @@ import (
 // applyMaxBytes bounds the records one application writes to bbolt.
 const applyMaxBytes = 64 << 20
 
+// replayCommitBytes bounds the records one replay commit writes at Open.
+const replayCommitBytes = 16 << 20
+
 // headCacheStreams bounds the stream heads the committer keeps.
 const headCacheStreams = 1 << 16
 
@@ -517,8 +520,12 @@ type ReplayInfo struct {
 	Records   int    // records applied to bbolt (those it did not cover)
 	FromSeq   uint64 // first sequence applied (0: none)
 	ToSeq     uint64
-	TornBytes int64    // bytes of a torn final frame that were cut
-	Warnings  []string // what was noticed and logged
+	TornBytes int64 // bytes of a torn final frame that were cut
+	// Applied says the records were written to bbolt during Open (journal
+	// off, or no segment free); otherwise they were loaded for every read
+	// at once and the applier writes them to bbolt in the background.
+	Applied  bool
+	Warnings []string // what was noticed and logged
 }
 
 // openJournal replays the journal into bbolt (records after what bbolt
@@ -573,19 +580,29 @@ func (s *BoltStore) openJournal(metaWarn string) error {
 		s.j = nil
 		return err
 	}
-	// Everything found is in bbolt now, covered by two commits: every
-	// segment is free. Extra files beyond the bound go.
-	sort.Slice(segs, func(a, b int) bool { return segs[a].slot < segs[b].slot })
-	for len(segs) > j.maxSegs {
-		last := segs[len(segs)-1]
-		_ = last.f.Close()
-		if err := os.Remove(last.path); err != nil {
-			return fmt.Errorf("eventstore: remove journal segment %s: %w", last.path, err)
+	// Segments holding records bbolt lacks (replayed into the overlay) stay
+	// sealed, oldest first, until the applier covers them; the others are
+	// free, and free files beyond the bound go. Writing resumes in a fresh
+	// segment, never after a cut tail.
+	sort.Slice(segs, func(a, b int) bool { return segs[a].gen < segs[b].gen })
+	var kept []*segment
+	for _, seg := range segs {
+		switch {
+		case seg.lastSeq > s.ap.applied:
+			j.sealed = append(j.sealed, seg)
+			kept = append(kept, seg)
+		case len(kept) >= j.maxSegs:
+			_ = seg.f.Close()
+			if err := os.Remove(seg.path); err != nil {
+				return fmt.Errorf("eventstore: remove journal segment %s: %w", seg.path, err)
+			}
+		default:
+			seg.lastSeq = 0
+			j.free = append(j.free, seg)
+			kept = append(kept, seg)
 		}
-		segs = segs[:len(segs)-1]
 	}
-	j.segs = segs
-	j.free = append([]*segment(nil), segs...)
+	j.segs = kept
 	j.covered = s.ap.applied
 	j.wantSpare = true
 	if err := j.prepareSpare(); err != nil {
@@ -673,7 +690,24 @@ func (s *BoltStore) replay(segs []*segment, bboltLast uint64, metaWarn string) (
 		}
 	}
 
-	// Walk the records in order, applying those bbolt lacks.
+	// Note each segment's last sequence. Records bbolt lacks go to the
+	// overlay (the applier writes them to bbolt in the background) unless
+	// every segment holds such records — there would be no room to write
+	// in — or the journal is off: then they are applied to bbolt here.
+	needed := 0
+	for _, sc := range scanned {
+		if n := len(sc.frames); n > 0 {
+			last := sc.frames[n-1]
+			sc.seg.lastSeq = last.firstSeq + uint64(last.count) - 1
+			if sc.seg.lastSeq > bboltLast {
+				needed++
+			}
+		}
+	}
+	toOverlay := !s.opts.JournalOff && needed < s.opts.JournalSegments
+	info.Applied = !toOverlay
+
+	// Walk the records in order, replaying those bbolt lacks.
 	heads := map[string]streamState{}
 	next := bboltLast + 1
 	var pending []jrec
@@ -763,7 +797,7 @@ func (s *BoltStore) replay(segs []*segment, bboltLast uint64, metaWarn string) (
 				}
 				return info, err
 			}
-			if pendingBytes >= applyMaxBytes {
+			if !toOverlay && pendingBytes >= replayCommitBytes {
 				if headTx != nil {
 					_ = headTx.Rollback()
 					headTx = nil
@@ -778,7 +812,11 @@ func (s *BoltStore) replay(segs []*segment, bboltLast uint64, metaWarn string) (
 		_ = headTx.Rollback()
 		headTx = nil
 	}
-	if err := flush(); err != nil {
+	inBbolt := next - 1
+	if toOverlay {
+		s.over.publish(pending)
+		inBbolt = bboltLast
+	} else if err := flush(); err != nil {
 		return info, err
 	}
 	covered := next - 1
@@ -787,18 +825,19 @@ func (s *BoltStore) replay(segs []*segment, bboltLast uint64, metaWarn string) (
 			"bbolt covers sequences up to %d, but the journal shows bbolt once covered %d and no longer holds the records between: "+
 				"bbolt's newest commit was lost (a damaged meta page?); refusing to serve a store that lost acknowledged records", bboltLast, maxCovered)}
 	}
-	// A second commit, so the next application's lag rule starts covered.
+	// A second commit, so both of bbolt's meta pages cover what it has and
+	// the journal's lag rule starts from there.
 	if err := s.update(func(tx *bolt.Tx) error {
 		bk, err := openBuckets(tx)
 		if err != nil {
 			return err
 		}
-		return bk.meta.Put(keyLastSeq, binary.BigEndian.AppendUint64(nil, covered))
+		return bk.meta.Put(keyLastSeq, binary.BigEndian.AppendUint64(nil, inBbolt))
 	}); err != nil {
 		return info, fmt.Errorf("eventstore: replaying the journal into %s: %w", s.path, err)
 	}
-	s.ap.applied, s.ap.prevApplied = covered, covered
-	s.applied.Store(covered)
+	s.ap.applied, s.ap.prevApplied = inBbolt, inBbolt
+	s.applied.Store(inBbolt)
 	s.jseq = covered
 	if info.TornBytes > 0 {
 		info.Warnings = append(info.Warnings, fmt.Sprintf(

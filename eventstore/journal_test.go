@@ -278,11 +278,23 @@ func TestJournalRecyclesSegments(t *testing.T) {
 		require.LessOrEqual(t, st.Bytes, st.MaxBytes)
 	}
 	require.Greater(t, s.JournalStats().Applications, uint64(2))
+	// A consistent copy of the files needs the disk to hold still: bring
+	// bbolt up to date, then hold the applier before its next transaction
+	// touches the file while a few more appends land in the journal only.
+	require.NoError(t, s.Flush(ctx))
+	release := make(chan struct{})
+	eventstore.SetApplyHook(s, func() error { <-release; return nil })
+	for i := 0; i < 3; i++ {
+		_, err := s.Append(ctx, "late", eventstore.Any, []eventstore.Event{{Type: "t", Data: payload}})
+		require.NoError(t, err)
+	}
 	want := allRecords(t, s)
 	dst := copyStore(t, src)
+	close(release)
 	r, err := eventstore.Open(dst, fast)
 	require.NoError(t, err)
 	defer r.Close()
+	require.Equal(t, 3, r.Replay().Records, "stale frames of recycled segments are not replayed")
 	require.Equal(t, want, allRecords(t, r))
 	require.NoError(t, r.Verify(ctx, nil))
 }
@@ -587,4 +599,58 @@ func TestJournalByteFlipSweep(t *testing.T) {
 	}
 	t.Logf("%d flips: %d refused, %d cut the final frame, the rest harmless", end+64, refused, cut)
 	require.Positive(t, refused)
+}
+
+// Replayed records are served at once from the journal; a second crash
+// before the applier wrote them replays the same segments again; once
+// applied, nothing is pending.
+func TestJournalReplayTwiceBeforeApplication(t *testing.T) {
+	ctx := context.Background()
+	src := tempPath(t)
+	s := openAt(t, src, held)
+	appendN(t, s, "a", 0, 5)
+	want := allRecords(t, s)
+	first := copyStore(t, src)
+
+	r1, err := eventstore.Open(first, held)
+	require.NoError(t, err)
+	require.False(t, r1.Replay().Applied, "loaded for reads, applied in the background")
+	require.Equal(t, 5, r1.JournalStats().Pending)
+	require.Equal(t, want, allRecords(t, r1))
+	appendN(t, r1, "a", 5, 2)
+	want = allRecords(t, r1)
+	second := copyStore(t, first) // crashed again, nothing applied yet
+
+	r2, err := eventstore.Open(second, fast)
+	require.NoError(t, err)
+	defer r2.Close()
+	require.Equal(t, 7, r2.Replay().Records)
+	require.Equal(t, want, allRecords(t, r2))
+	require.NoError(t, r2.Flush(ctx))
+	require.Zero(t, r2.JournalStats().Pending)
+	require.Equal(t, want, allRecords(t, r2))
+	require.NoError(t, r2.Verify(ctx, nil))
+	require.NoError(t, r1.Close())
+}
+
+// When every segment holds records bbolt lacks there is no room to write
+// in: Open applies them to bbolt itself before serving.
+func TestJournalReplayAppliesWhenJournalFull(t *testing.T) {
+	src := tempPath(t)
+	opts := *tiny
+	opts.ApplyInterval, opts.ApplyBytes = time.Hour, 1<<30
+	s := openAt(t, src, &opts)
+	payload := bytes.Repeat([]byte("q"), 3000)
+	for i := 0; i < 25; i++ { // about one and a half 64 KiB segments
+		_, err := s.Append(context.Background(), "a", eventstore.Any, []eventstore.Event{{Type: "t", Data: payload}})
+		require.NoError(t, err)
+	}
+	want := allRecords(t, s)
+	dst := copyStore(t, src)
+	r, err := eventstore.Open(dst, &opts)
+	require.NoError(t, err)
+	defer r.Close()
+	require.True(t, r.Replay().Applied)
+	require.Zero(t, r.JournalStats().Pending)
+	require.Equal(t, want, allRecords(t, r))
 }

@@ -80,10 +80,11 @@ type committer struct {
 	k8     [8]byte
 
 	// journal path
-	rtx   *bolt.Tx // read transaction for heads bbolt holds, per batch
-	rbk   *buckets
-	jrecs []jrec
-	heads map[string]streamState // heads the committer wrote (bounded cache)
+	rtx     *bolt.Tx // read transaction for heads bbolt holds, per batch
+	rtxApps uint64   // the applier's commit count when rtx began
+	rbk     *buckets
+	jrecs   []jrec
+	heads   map[string]streamState // heads the committer wrote (bounded cache)
 }
 
 // streamState is a stream's head as updated by earlier requests of the

@@ -248,7 +248,16 @@ func (s *BoltStore) jstate(stream string) (st streamState, err error) {
 		}
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	// The overlay missed: the stream's records are in bbolt — but maybe in
+	// a commit newer than the read transaction this batch opened for an
+	// earlier stream. The applier counts a commit before it drops its
+	// records from the overlay, so a changed count means: read again.
+	if c.rtx != nil && s.applications.Load() != c.rtxApps {
+		_ = c.rtx.Rollback()
+		c.rtx, c.rbk = nil, nil
+	}
 	if c.rtx == nil {
+		c.rtxApps = s.applications.Load()
 		tx, err := s.db.Begin(false)
 		if err != nil {
 			return st, err

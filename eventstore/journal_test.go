@@ -654,3 +654,30 @@ func TestJournalReplayAppliesWhenJournalFull(t *testing.T) {
 	require.Zero(t, r.JournalStats().Pending)
 	require.Equal(t, want, allRecords(t, r))
 }
+
+// Many writers at exact expected versions while the applier commits
+// after every batch: a stream's head is never read from a bbolt
+// transaction older than the commit that took its records out of the
+// overlay (that once failed appends with false conflicts).
+func TestJournalExactVersionsWithEagerApplier(t *testing.T) {
+	s := openAt(t, tempPath(t), &eventstore.Options{NoSync: true, ApplyInterval: time.Microsecond, ApplyBytes: 1})
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := 0; w < 16; w++ {
+		wg.Go(func() {
+			stream := fmt.Sprintf("w%d", w)
+			for v := int64(0); v < 1500; v++ {
+				if _, err := s.Append(context.Background(), stream, v, []eventstore.Event{{Type: "t", Data: []byte("x")}}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	require.Len(t, allRecords(t, s), 16*1500)
+}

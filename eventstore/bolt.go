@@ -72,6 +72,7 @@ type BoltStore struct {
 	over         *overlay // journaled records bbolt does not cover yet (empty without a journal)
 	ap           applier
 	jseq         uint64 // committer: the last sequence written to the journal
+	headLimit    int    // streams whose heads the committer keeps (tests set 0)
 	applied      atomic.Uint64
 	applications atomic.Uint64
 	frames       atomic.Uint64
@@ -129,6 +130,7 @@ func Open(path string, opts *Options) (*BoltStore, error) {
 		done:       make(chan struct{}),
 		over:       newOverlay(),
 		batchBytes: o.MaxCommitBytes,
+		headLimit:  headCacheStreams,
 	}
 	s.ap.kick = make(chan struct{}, 1)
 	s.ap.stop = make(chan struct{})

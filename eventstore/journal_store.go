@@ -195,7 +195,10 @@ func (s *BoltStore) commitJournal(batch []*request) {
 			c.heads = make(map[string]streamState)
 		}
 		for name, st := range c.states {
-			if len(c.heads) >= headCacheStreams {
+			if s.headLimit == 0 {
+				break
+			}
+			if len(c.heads) >= s.headLimit {
 				if _, ok := c.heads[name]; !ok {
 					for k := range c.heads { // evict an arbitrary one
 						delete(c.heads, k)

@@ -661,6 +661,7 @@ func TestJournalReplayAppliesWhenJournalFull(t *testing.T) {
 // overlay (that once failed appends with false conflicts).
 func TestJournalExactVersionsWithEagerApplier(t *testing.T) {
 	s := openAt(t, tempPath(t), &eventstore.Options{NoSync: true, ApplyInterval: time.Microsecond, ApplyBytes: 1})
+	eventstore.NoHeadCache(s) // else hot heads never reach the lookup under test
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for w := 0; w < 16; w++ {

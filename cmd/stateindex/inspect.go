@@ -25,7 +25,7 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	store, err := openStore(*dir, false, time.Second)
+	store, err := openStore(*dir, false, time.Second, true)
 	if err != nil {
 		return err
 	}

@@ -82,6 +82,10 @@ recovery step every open performs).
 }
 
 func printBackup(w io.Writer, info eventstore.BackupInfo) {
+	if info.LastSeq == 0 {
+		fmt.Fprintf(w, "  0 records, %d bytes\n", info.Bytes)
+		return
+	}
 	fmt.Fprintf(w, "  %d records (sequences 1..%d, %d of them from the journal), %d bytes\n",
 		info.Records, info.LastSeq, info.JournalRecords, info.Bytes)
 }

@@ -211,3 +211,18 @@ func TestAdminSocketStaleAndUnknownOp(t *testing.T) {
 	_, err = adminCall(context.Background(), dir, adminRequest{Op: "backup"})
 	require.ErrorIs(t, err, errNoServer)
 }
+
+// serve --journal off opens the store without a journal (the path before
+// the journal existed); a value other than on or off is refused.
+func TestServeJournalFlag(t *testing.T) {
+	dir := t.TempDir()
+	serving, stop := startServe(t, "--data", dir, "--journal", "off")
+	assert.Contains(t, serving, "journal=off")
+	assert.NotContains(t, serving, "journal_max_bytes")
+	stop()
+	assert.NoDirExists(t, eventstore.JournalDir(filepath.Join(dir, dbFile)))
+
+	var out, errb bytes.Buffer
+	assert.Equal(t, 1, run([]string{"serve", "--data", t.TempDir(), "--journal", "maybe"}, &out, &errb))
+	assert.Contains(t, errb.String(), `--journal must be on or off, got "maybe"`)
+}

@@ -79,7 +79,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	defer store.Close()
 	jattrs := []any{"journal", "off"}
 	if js := store.JournalStats(); js.Enabled {
-		jattrs = []any{"journal", js.Dir, "journal_max_bytes", js.MaxBytes}
+		jdir, _ := filepath.Abs(js.Dir)
+		jattrs = []any{"journal", jdir, "journal_max_bytes", js.MaxBytes}
 	}
 	if r := store.Replay(); r.Records > 0 {
 		log.Info("journal replayed into bbolt", "records", r.Records, "from_seq", r.FromSeq, "to_seq", r.ToSeq)
@@ -122,7 +123,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer admin.stop()
-	jattrs = append(jattrs, "admin", admin.path)
+	sock, _ := filepath.Abs(admin.path)
+	jattrs = append(jattrs, "admin", sock)
 
 	var shutdown func()
 	switch {

@@ -18,10 +18,12 @@ const (
 )
 
 // openStore opens DIR/stateindex.db. create says whether a missing file may
-// be created (serve) or is an error (inspect). Transient failures are
-// retried with exponential backoff; a file another process holds, an
-// unknown format or corruption are not transient.
-func openStore(dir string, create bool, timeout time.Duration) (*eventstore.BoltStore, error) {
+// be created (serve) or is an error (inspect). journalOff opens it without
+// a write-ahead journal (Options.JournalOff): a journal left by a server is
+// still replayed into bbolt, but none is created; the offline tools use it.
+// Transient failures are retried with exponential backoff; a file another
+// process holds, an unknown format or corruption are not transient.
+func openStore(dir string, create bool, timeout time.Duration, journalOff bool) (*eventstore.BoltStore, error) {
 	path := filepath.Join(dir, dbFile)
 	if !create {
 		if _, err := os.Stat(path); err != nil {
@@ -32,7 +34,7 @@ func openStore(dir string, create bool, timeout time.Duration) (*eventstore.Bolt
 	}
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		st, err := eventstore.Open(path, &eventstore.Options{OpenTimeout: timeout})
+		st, err := eventstore.Open(path, &eventstore.Options{OpenTimeout: timeout, JournalOff: journalOff})
 		if err == nil {
 			return st, nil
 		}

@@ -22,14 +22,23 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "./data", "data directory")
 	scope := fs.String("scope", "", "only this scope")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: stateindex inspect --data DIR [--scope S]\n\n"+
+			"Prints the journal's state, then each scope's frame tree.\n\n"+recoveryNote+"\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	store, err := openStore(*dir, false, time.Second)
+	store, err := openStore(*dir, false, time.Second, true)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	fmt.Fprintln(stdout, journalLine(storeJournal(store)))
+	for _, w := range store.Warnings() {
+		fmt.Fprintln(stdout, "warning:", w)
+	}
 	ctx := context.Background()
 	var scopes []eventstore.StreamInfo
 	if *scope != "" {

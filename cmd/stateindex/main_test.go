@@ -27,7 +27,7 @@ import (
 // it and closes the file.
 func withServer(t *testing.T, dir string, fn func(c *actors.Client, ctx context.Context)) {
 	t.Helper()
-	store, err := openStore(dir, true, time.Second)
+	store, err := openStore(dir, true, time.Second, false)
 	require.NoError(t, err)
 	defer store.Close()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))

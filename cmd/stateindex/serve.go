@@ -24,7 +24,7 @@ import (
 )
 
 func init() {
-	register(command{name: "serve", summary: "--data DIR [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]]   run the StateIndex", run: serve})
+	register(command{name: "serve", summary: "--data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]]   run the StateIndex", run: serve})
 }
 
 func serve(args []string, stdout, stderr io.Writer) error {
@@ -42,6 +42,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	peers := fs.String("peers", "", "the cluster's storage members, HOST:PORT,... (their --listen addresses; this member is added); the same list on every member and client")
 	health := fs.Duration("health-interval", time.Second, "cluster: how often members poll each other's health endpoint (each member's --listen port + 1)")
 	maxMsg := fs.Int("max-message-bytes", wire.DefaultMaxBytes, "largest encoded remote request or reply")
+	journal := fs.String("journal", "on", "on: an append is durable once in the write-ahead journal (one fdatasync per group commit), applied to bbolt in the background; off: every group commit is a bbolt transaction")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -62,17 +63,28 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if *maxMsg <= 0 {
 		return errors.New("--max-message-bytes must be positive")
 	}
+	if *journal != "on" && *journal != "off" {
+		return fmt.Errorf("--journal must be on or off, got %q", *journal)
+	}
 
 	// Listen for signals before announcing readiness, so a signal right
 	// after the log line is never missed.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	store, err := openStore(*dir, true, 2*time.Second)
+	store, err := openStore(*dir, true, 2*time.Second, *journal == "off")
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	jattrs := []any{"journal", "off"}
+	if js := store.JournalStats(); js.Enabled {
+		jdir, _ := filepath.Abs(js.Dir)
+		jattrs = []any{"journal", jdir, "journal_max_bytes", js.MaxBytes}
+	}
+	if r := store.Replay(); r.Records > 0 {
+		log.Info("journal replayed into bbolt", "records", r.Records, "from_seq", r.FromSeq, "to_seq", r.ToSeq)
+	}
 	key, err := loadKey(*dir)
 	if err != nil {
 		return fmt.Errorf("server key: %w", err)
@@ -106,6 +118,13 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	libLog := slog.New(demote{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: libLevel})}).With("lib", "protoactor")
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return libLog }))
 	abs, _ := filepath.Abs(filepath.Join(*dir, dbFile))
+	admin, err := startAdmin(*dir, store, log)
+	if err != nil {
+		return err
+	}
+	defer admin.stop()
+	sock, _ := filepath.Abs(admin.path)
+	jattrs = append(jattrs, "admin", sock)
 
 	var shutdown func()
 	switch {
@@ -117,8 +136,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		healthAddr, _ := actors.HealthAddress(*listen)
-		log.Info("stateindex serving", "data", abs, "cluster", *clusterName, "member", *listen, "kind", actors.KindOf(*listen),
-			"members", strings.Join(members, ","), "health", healthAddr, "shards", *shards)
+		log.Info("stateindex serving", append([]any{"data", abs, "cluster", *clusterName, "member", *listen, "kind", actors.KindOf(*listen),
+			"members", strings.Join(members, ","), "health", healthAddr, "shards", *shards}, jattrs...)...)
 		shutdown = node.Stop
 	case *listen != "":
 		host, port, err := splitHostPort(*listen)
@@ -140,20 +159,21 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			r.Shutdown(false)
 			return err
 		}
-		log.Info("stateindex serving", "data", abs, "listen", sys.Address(), "pid", gw.Address+"/"+gw.Id, "shards", cfg.Shards)
+		log.Info("stateindex serving", append([]any{"data", abs, "listen", sys.Address(), "pid", gw.Address + "/" + gw.Id, "shards", cfg.Shards}, jattrs...)...)
 		shutdown = func() { stopRemote(sys, r, gw, srv) }
 	default:
 		srv, err := actors.Start(sys, store, cfg)
 		if err != nil {
 			return err
 		}
-		log.Info("stateindex serving", "data", abs, "pid", srv.PID().Address+"/"+srv.PID().Id, "shards", cfg.Shards,
-			"note", "in-process only: --listen serves remote actors; stop with Ctrl-C")
+		log.Info("stateindex serving", append([]any{"data", abs, "pid", srv.PID().Address + "/" + srv.PID().Id, "shards", cfg.Shards,
+			"note", "in-process only: --listen serves remote actors; stop with Ctrl-C"}, jattrs...)...)
 		shutdown = func() { srv.Stop(); sys.Shutdown() }
 	}
 
 	<-ctx.Done()
 	log.Info("stateindex stopping: finishing queued requests")
+	admin.stop()
 	shutdown()
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("closing store: %w", err)

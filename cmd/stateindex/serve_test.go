@@ -32,7 +32,7 @@ func TestServeRefusesIncompleteClusterFlags(t *testing.T) {
 
 func TestServeRefusesAClusterMembersFileStandalone(t *testing.T) {
 	dir := t.TempDir()
-	st, err := openStore(dir, true, time.Second)
+	st, err := openStore(dir, true, time.Second, false)
 	require.NoError(t, err)
 	require.NoError(t, st.ClaimIdentity(context.Background(), eventstore.Identity{Cluster: "c", Member: "127.0.0.1:7500",
 		Members: []string{"127.0.0.1:7500", "127.0.0.1:7510"}, Shards: 16}))

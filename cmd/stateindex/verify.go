@@ -32,6 +32,11 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("data", "./data", "data directory")
 	pubPath := fs.String("public-key", "", "Ed25519 public key of the checkpoint signing key (hex or 32 raw bytes); default DIR/"+checkpointPubFile+" if present")
 	timeout := fs.Duration("timeout", time.Second, "how long to wait for a file another process holds")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: stateindex verify --data DIR [--public-key FILE]\n\n"+
+			"Checks DIR/stateindex.db end to end and exits 0 only if nothing is wrong.\n\n"+recoveryNote+"\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -55,6 +60,10 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	})
 	if err != nil {
 		return err
+	}
+	fmt.Fprintln(stdout, journalLine(sum.Journal))
+	for _, w := range sum.Journal.Warnings {
+		fmt.Fprintln(stdout, "warning:", w)
 	}
 	for _, w := range sum.Warnings {
 		fmt.Fprintln(stdout, "warning:", w)

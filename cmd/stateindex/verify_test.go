@@ -93,7 +93,7 @@ func TestVerifyCleanFile(t *testing.T) {
 	dir, _ := cleanFile(t)
 	code, out := runVerify(t, dir)
 	require.Equal(t, 0, code, out)
-	assert.Regexp(t, `^ok: .*24 streams, \d+ records, [1-9]\d* snapshots equal to their replay, [1-9]\d* checkpoints, signatures not checked`, out)
+	assert.Regexp(t, `^journal: none at \S+\nok: .*24 streams, \d+ records, [1-9]\d* snapshots equal to their replay, [1-9]\d* checkpoints, signatures not checked`, out)
 
 	keyFile := filepath.Join(t.TempDir(), "pub")
 	require.NoError(t, os.WriteFile(keyFile, []byte(hex.EncodeToString(crashtest.PublicKey())+"\n"), 0o600))

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -27,9 +26,6 @@ const (
 	// pending appends to one transaction (a single larger append still
 	// commits alone).
 	DefaultMaxCommitBytes = 32 << 20
-	// DefaultInitialMmapSize is the default address space mapped for the
-	// data file on 64-bit machines.
-	DefaultInitialMmapSize = 1 << 30
 	// DefaultJournalSegmentBytes is the size of one preallocated journal
 	// segment.
 	DefaultJournalSegmentBytes = 16 << 20
@@ -102,11 +98,11 @@ type Options struct {
 	// no effect on an existing file.
 	PageSize int
 
-	// InitialMmapSize is the initial size of the memory map (default
-	// 1 GiB of address space on 64-bit machines; the file does not grow
-	// with it). A commit that grows the file past the mapping waits for
-	// open read transactions and copies every page it has changed out of
-	// the old mapping; mapping generously up front avoids both.
+	// InitialMmapSize is the initial size of the memory map. A commit that
+	// grows the file past the mapping waits for open read transactions and
+	// copies every page it has changed out of the old mapping; mapping
+	// generously up front avoids both, but bbolt then grows the file in
+	// 16 MiB steps instead of doubling it from 32 KiB.
 	InitialMmapSize int
 
 	// MaxCommitBytes is the size at which the committer stops adding pending
@@ -161,9 +157,6 @@ func (o *Options) resolve() (resolvedOptions, error) {
 	r.Limits = lim
 	if r.OpenTimeout < 0 || r.PageSize < 0 || r.InitialMmapSize < 0 || r.MaxCommitBytes < 0 {
 		return r, fmt.Errorf("%w: negative value in %+v", ErrInvalidOptions, r.Options)
-	}
-	if r.InitialMmapSize == 0 && strconv.IntSize == 64 {
-		r.InitialMmapSize = DefaultInitialMmapSize
 	}
 	if r.OpenTimeout == 0 {
 		r.OpenTimeout = DefaultOpenTimeout

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -66,8 +67,13 @@ func TestCrash(t *testing.T) {
 	var last crashtest.Stats
 	lost, inFlightCommitted, inFlightAbsent := 0, 0, 0
 	killedBeforeReady := 0
+	var jt journalTally
+	var base []crashtest.Segment // the journal's segments when the child starts
 	start := time.Now()
 	for cycle := 1; cycle <= *cycles; cycle++ {
+		if err := os.Remove(filepath.Join(dir, crashtest.ProbeFile)); err != nil && !os.IsNotExist(err) {
+			require.NoError(t, err)
+		}
 		cmd := exec.Command(exe)
 		cmd.Env = append(os.Environ(),
 			crashtest.EnvDir+"="+dir,
@@ -121,9 +127,19 @@ func TestCrash(t *testing.T) {
 			killedBeforeReady++
 		}
 
+		// What the journal went through before the kill: the child's
+		// counters and the segment generations on disk.
+		probe, probed, err := crashtest.ReadProbe(dir)
+		require.NoError(t, err)
+		segs, err := crashtest.Segments(dir)
+		require.NoError(t, err)
+
 		st, err := crashtest.Check(t.Context(), dir, cycle)
 		require.NoError(t, err, "cycle %d (seed %d); child stderr:\n%s", cycle, seed, stderr.String())
 		require.Zero(t, st.Lost, "cycle %d: acknowledged writes lost", cycle)
+		t.Logf("cycle %d: %s", cycle, jt.add(probe, probed, base, segs, st))
+		base, err = crashtest.Segments(dir)
+		require.NoError(t, err)
 		lost += st.Lost
 		inFlightCommitted += st.InFlightCommitted
 		inFlightAbsent += st.InFlightAbsent
@@ -134,5 +150,95 @@ func TestCrash(t *testing.T) {
 		*cycles, killedBeforeReady, time.Since(start).Round(time.Second), seed, lost, inFlightCommitted, inFlightAbsent, last)
 	t.Log(msg)
 	fmt.Println(msg)
+	jmsg := "crash: journal at the kills: " + jt.String()
+	t.Log(jmsg)
+	fmt.Println(jmsg)
 	require.Positive(t, last.Acked)
+	// The kills landed in a journal that was busy with all three.
+	require.Positive(t, jt.frames, "no journal frame was written before a kill")
+	require.Positive(t, jt.applications, "no background application ran before a kill")
+	require.Positive(t, jt.recycles, "no segment was recycled before a kill")
+	if *cycles >= 50 {
+		require.Positive(t, jt.replayedKills, "no kill left acknowledged records in the journal for the reopen to replay")
+	}
+}
+
+// journalTally adds up what the journal did before each kill.
+type journalTally struct {
+	kills, probed                      int
+	frames, applications, recycles     uint64
+	withFrames, withApps, withRecycles int // kills after at least one of each in that process
+	nearFrame, nearApp, nearRecycle    int // kills within one probe interval of one
+	pendingAtKill                      int // kills with records the applier had not written to bbolt
+	spareReady                         int // kills between a recycle and the first frame written to it
+	replayedKills, replayedRecords     int // kills whose journal the reopen replayed, and the records
+	tornKills                          int
+}
+
+// add counts one kill: probe is the child's last journal probe (probed:
+// it wrote one), before and after the segment headers on disk when the
+// child started and after it was killed. A segment whose generation is
+// new was prepared by the child: created (the journal had fewer files) or
+// recycled (a free segment given a new generation), the one its open
+// prepares included.
+func (jt *journalTally) add(p crashtest.Probe, probed bool, before, after []crashtest.Segment, st crashtest.Stats) string {
+	jt.kills++
+	prepared := crashtest.MaxGeneration(after) - crashtest.MaxGeneration(before)
+	created := uint64(max(0, len(after)-len(before)))
+	recycles := prepared - min(prepared, created)
+	jt.recycles += recycles
+	if recycles > 0 {
+		jt.withRecycles++
+	}
+	spare := crashtest.SpareReady(after)
+	if spare {
+		jt.spareReady++
+	}
+	if probed {
+		jt.probed++
+		jt.frames += p.Frames
+		jt.applications += p.Applications
+		if p.Frames > 0 {
+			jt.withFrames++
+		}
+		if p.Applications > 0 {
+			jt.withApps++
+		}
+		if p.DFrames > 0 {
+			jt.nearFrame++
+		}
+		if p.DApplications > 0 {
+			jt.nearApp++
+		}
+		if p.DGeneration > 0 {
+			jt.nearRecycle++
+		}
+		if p.Pending > 0 {
+			jt.pendingAtKill++
+		}
+	}
+	if st.Replayed > 0 {
+		jt.replayedKills++
+		jt.replayedRecords += st.Replayed
+	}
+	if st.TornBytes > 0 {
+		jt.tornKills++
+	}
+	return fmt.Sprintf("killed after %d journal frames, %d applications, %d segments recycled and %d created (probed %v; last %v: +%d frames, +%d applications, +%d generations; %d records pending; a recycled spare not yet written: %v); "+
+		"the reopen replayed %d records (tail cut as torn: %d bytes)",
+		p.Frames, p.Applications, recycles, created, probed, crashtest.ProbeEvery, p.DFrames, p.DApplications, p.DGeneration, p.Pending, spare, st.Replayed, st.TornBytes)
+}
+
+func (jt journalTally) String() string {
+	return fmt.Sprintf("%d kills (%d after the store opened) after %d frames / %d applications / %d segment recycles in all; "+
+		"%d kills after frames were written, %d after applications, %d after recycles; "+
+		"within %v of the kill: a frame write %d times, an application %d, a recycle %d; "+
+		"%d kills between a segment's recycling and its first frame; "+
+		"%d kills with records pending in the journal at open (replayed: %d records), %d with records pending at the last probe; "+
+		"%d reopens cut a final-segment tail as torn (a torn frame, or stale bytes of an earlier generation)",
+		jt.kills, jt.probed, jt.frames, jt.applications, jt.recycles,
+		jt.withFrames, jt.withApps, jt.withRecycles,
+		crashtest.ProbeEvery, jt.nearFrame, jt.nearApp, jt.nearRecycle,
+		jt.spareReady,
+		jt.replayedKills, jt.replayedRecords, jt.pendingAtKill, jt.tornKills)
 }

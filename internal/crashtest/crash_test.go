@@ -94,9 +94,18 @@ func TestCrash(t *testing.T) {
 		}()
 
 		// Kill at a random moment: now and then during recovery (before the
-		// child is ready), mostly somewhere in the storm.
+		// child is ready), mostly somewhere in the storm; in half the storm
+		// cycles, at the moment the child's probe shows a journal frame
+		// written, an application to bbolt or a segment recycled (a new
+		// generation on disk), a random while into the storm.
 		var kill <-chan time.Time
+		var hit <-chan bool
+		stopWatch := make(chan struct{})
 		early := rng.IntN(5) == 0
+		target, aimed := noTarget, ""
+		if !early && rng.IntN(2) == 0 {
+			target = killTarget(1 + rng.IntN(3))
+		}
 		if early {
 			kill = time.After(time.Duration(rng.IntN(400)) * time.Millisecond)
 		}
@@ -106,9 +115,22 @@ func TestCrash(t *testing.T) {
 			select {
 			case l := <-lines:
 				if !early && bytes.HasPrefix([]byte(l), []byte("ready")) {
-					kill = time.After(time.Duration(20+rng.IntN(400)) * time.Millisecond)
+					d := time.Duration(20+rng.IntN(400)) * time.Millisecond
+					if target == noTarget {
+						kill = time.After(d)
+					} else {
+						hit = watchProbe(dir, target, d/2, stopWatch)
+					}
 				}
 			case <-kill:
+				break wait
+			case h := <-hit:
+				jt.targeted(target, h)
+				if h {
+					aimed = fmt.Sprintf(" (killed as the probe saw %s)", target)
+				} else {
+					aimed = fmt.Sprintf(" (waited 3 s for %s in vain)", target)
+				}
 				break wait
 			case err := <-exited:
 				t.Fatalf("cycle %d: the child exited on its own (%v) before it was killed:\n%s", cycle, err, stderr.String())
@@ -118,6 +140,7 @@ func TestCrash(t *testing.T) {
 			}
 		}
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		close(stopWatch)
 		err = <-exited
 		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 		if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
@@ -137,7 +160,7 @@ func TestCrash(t *testing.T) {
 		st, err := crashtest.Check(t.Context(), dir, cycle)
 		require.NoError(t, err, "cycle %d (seed %d); child stderr:\n%s", cycle, seed, stderr.String())
 		require.Zero(t, st.Lost, "cycle %d: acknowledged writes lost", cycle)
-		t.Logf("cycle %d: %s", cycle, jt.add(probe, probed, base, segs, st))
+		t.Logf("cycle %d%s: %s", cycle, aimed, jt.add(probe, probed, base, segs, st))
 		base, err = crashtest.Segments(dir)
 		require.NoError(t, err)
 		lost += st.Lost
@@ -163,8 +186,66 @@ func TestCrash(t *testing.T) {
 	}
 }
 
+// killTarget is the journal event a cycle's kill waits for.
+type killTarget int
+
+const (
+	noTarget killTarget = iota
+	targetFrame
+	targetApplication
+	targetRecycle
+)
+
+func (k killTarget) String() string {
+	return [...]string{"none", "a journal frame", "an application", "a recycle"}[k]
+}
+
+// watchProbe waits first, then polls the child's probe file until the
+// target's counter moves past the value first seen (true) or for 3 s at
+// most (false), or until stop.
+func watchProbe(dir string, target killTarget, first time.Duration, stop <-chan struct{}) <-chan bool {
+	out := make(chan bool, 1)
+	counter := func(p crashtest.Probe) uint64 {
+		switch target {
+		case targetFrame:
+			return p.Frames
+		case targetApplication:
+			return p.Applications
+		}
+		return p.Generation
+	}
+	go func() {
+		select {
+		case <-time.After(first):
+		case <-stop:
+			return
+		}
+		p, _, _ := crashtest.ReadProbe(dir)
+		base := counter(p)
+		tick := time.NewTicker(200 * time.Microsecond)
+		defer tick.Stop()
+		give := time.After(3 * time.Second)
+		for {
+			select {
+			case <-tick.C:
+				if p, ok, _ := crashtest.ReadProbe(dir); ok && counter(p) > base {
+					out <- true
+					return
+				}
+			case <-give:
+				out <- false
+				return
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return out
+}
+
 // journalTally adds up what the journal did before each kill.
 type journalTally struct {
+	hits, misses                       [4]int // targeted kills: the target seen, or not within 3 s
 	kills, probed                      int
 	frames, applications, recycles     uint64
 	withFrames, withApps, withRecycles int // kills after at least one of each in that process
@@ -229,16 +310,27 @@ func (jt *journalTally) add(p crashtest.Probe, probed bool, before, after []cras
 		p.Frames, p.Applications, recycles, created, probed, crashtest.ProbeEvery, p.DFrames, p.DApplications, p.DGeneration, p.Pending, spare, st.Replayed, st.TornBytes)
 }
 
+func (jt *journalTally) targeted(k killTarget, hit bool) {
+	if hit {
+		jt.hits[k]++
+	} else {
+		jt.misses[k]++
+	}
+}
+
 func (jt journalTally) String() string {
 	return fmt.Sprintf("%d kills (%d after the store opened) after %d frames / %d applications / %d segment recycles in all; "+
 		"%d kills after frames were written, %d after applications, %d after recycles; "+
 		"within %v of the kill: a frame write %d times, an application %d, a recycle %d; "+
 		"%d kills between a segment's recycling and its first frame; "+
 		"%d kills with records pending in the journal at open (replayed: %d records), %d with records pending at the last probe; "+
-		"%d reopens cut a final-segment tail as torn (a torn frame, or stale bytes of an earlier generation)",
+		"%d reopens cut a final-segment tail as torn (a torn frame, or stale bytes of an earlier generation); "+
+		"kills aimed at the moment the probe saw %s: %d (%d timed out), %s: %d (%d), %s: %d (%d)",
 		jt.kills, jt.probed, jt.frames, jt.applications, jt.recycles,
 		jt.withFrames, jt.withApps, jt.withRecycles,
 		crashtest.ProbeEvery, jt.nearFrame, jt.nearApp, jt.nearRecycle,
 		jt.spareReady,
-		jt.replayedKills, jt.replayedRecords, jt.pendingAtKill, jt.tornKills)
+		jt.replayedKills, jt.replayedRecords, jt.pendingAtKill, jt.tornKills,
+		targetFrame, jt.hits[targetFrame], jt.misses[targetFrame], targetApplication, jt.hits[targetApplication], jt.misses[targetApplication],
+		targetRecycle, jt.hits[targetRecycle], jt.misses[targetRecycle])
 }

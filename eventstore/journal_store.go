@@ -637,6 +637,30 @@ func (s *BoltStore) safeReplay(segs []*segment, bboltLast uint64, metaWarn strin
 	return s.replay(segs, bboltLast, metaWarn)
 }
 
+// continued says whether the frames of scanned[i], a segment a later one
+// followed, lose nothing bbolt lacks. The writer moves on when a frame does
+// not fit, so a recycled segment ends in the stale bytes of an earlier
+// generation — not at a frame boundary of that generation, so they need
+// not look blank. If the next segment with frames begins with the very
+// sequence after this one's last frame, or every sequence between is one
+// bbolt covers (the segments that held them were recycled since), no
+// needed frame is missing: what follows is stale. A damaged last frame
+// holding records bbolt lacks leaves a gap and is corruption.
+func continued(scanned []*scannedSegment, i, lastWithFrames int, bboltLast uint64) bool {
+	sc := scanned[i]
+	after := bboltLast // the sequence after which records must be found
+	if len(sc.frames) > 0 {
+		last := sc.frames[len(sc.frames)-1]
+		after = max(after, last.firstSeq+uint64(last.count)-1)
+	}
+	for _, next := range scanned[i+1 : lastWithFrames+1] {
+		if len(next.frames) > 0 {
+			return next.frames[0].firstSeq <= after+1
+		}
+	}
+	return false
+}
+
 // replay reads every segment, checks the frames and applies to bbolt the
 // records it does not cover.
 func (s *BoltStore) replay(segs []*segment, bboltLast uint64, metaWarn string) (ReplayInfo, error) {
@@ -693,9 +717,12 @@ func (s *BoltStore) replay(segs []*segment, bboltLast uint64, metaWarn string) (
 		}
 	}
 	for i, sc := range scanned {
-		if sc.torn && i < lastWithFrames {
+		if sc.torn && i < lastWithFrames && !continued(scanned, i, lastWithFrames, bboltLast) {
 			return info, &JournalError{Segment: sc.seg.path, Offset: sc.end,
 				Reason: "a damaged frame ends this segment but a later segment holds records: the journal is corrupt"}
+		}
+		if sc.torn && i < lastWithFrames {
+			sc.torn = false // stale bytes of an earlier generation after the last frame
 		}
 		if sc.torn && i >= lastWithFrames {
 			info.TornBytes = sc.seg.size - sc.end

@@ -126,6 +126,11 @@ type Stats struct {
 	Streams           int
 	Snapshots         int
 	Signatures        int
+	// What reopening found in the journal the kill left: acknowledged
+	// records bbolt did not have yet (replayed into it before anything
+	// was served), and the bytes of a torn final frame that were cut.
+	Replayed  int
+	TornBytes int64
 }
 
 func (s Stats) String() string {
@@ -145,6 +150,8 @@ type group struct {
 
 // Check verifies the crash test directory after a kill:
 //
+//   - the store reopens as the next process's would, replaying the
+//     journal's records bbolt lacks (Stats.Replayed, Stats.TornBytes);
 //   - stateindex verify's checks pass: every hash chain, the global index,
 //     a replay of every stream with the invariants, every snapshot equal to
 //     the replay it covers, every checkpoint signature;
@@ -163,6 +170,17 @@ type group struct {
 func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	var st Stats
 	path := filepath.Join(dir, DataFile)
+	// Reopen as the next process would: the journal the kill left is
+	// replayed into bbolt here, and what that took is recorded.
+	first, err := eventstore.Open(path, &eventstore.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return st, fmt.Errorf("reopening after the kill: %w", err)
+	}
+	ri := first.Replay()
+	st.Replayed, st.TornBytes = ri.Records, ri.TornBytes
+	if err := first.Close(); err != nil {
+		return st, err
+	}
 	var problems []string
 	vs, err := verify.File(ctx, path, verify.Options{PublicKey: PublicKey()}, func(p verify.Problem) {
 		problems = append(problems, p.String())

@@ -83,23 +83,36 @@ func quietSystem(log *slog.Logger) *actor.ActorSystem {
 func ChildMain(dir string) int {
 	inc, _ := strconv.Atoi(os.Getenv(EnvIncarnation))
 	seed, _ := strconv.ParseUint(os.Getenv(EnvSeed), 10, 64)
-	err := RunChild(context.Background(), dir, inc, seed, os.Stdout, -1)
+	err := runChild(context.Background(), dir, inc, seed, os.Stdout, -1, true)
 	fmt.Fprintf(os.Stderr, "crash child: %v\n", err)
 	return 3
 }
 
-// RunChild opens the data file in dir (fsynced, as in production), starts
-// a StateIndex on it, resends the request each scope had in flight when the
+// RunChild opens the data file in dir (fsynced, as in production, with
+// the crash test's small, busy journal: StoreOptions), starts a StateIndex
+// on it, resends the request each scope had in flight when the
 // previous process died, resumes every scope, writes the ready line to
 // ready, and then runs the storm: NumWorkers workers over NumScopes scopes,
 // until ctx ends or, if steps >= 0, each worker has made steps requests.
 func RunChild(ctx context.Context, dir string, incarnation int, seed uint64, ready io.Writer, steps int) error {
+	return runChild(ctx, dir, incarnation, seed, ready, steps, false)
+}
+
+// runChild is RunChild; withProbe also keeps the probe file (ProbeFile)
+// up to date while the store is open.
+func runChild(ctx context.Context, dir string, incarnation int, seed uint64, ready io.Writer, steps int, withProbe bool) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, err := eventstore.OpenWithRetry(filepath.Join(dir, DataFile), &eventstore.Options{}, eventstore.DefaultRetryPolicy)
+	store, err := eventstore.OpenWithRetry(filepath.Join(dir, DataFile), StoreOptions(), eventstore.DefaultRetryPolicy)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	if withProbe {
+		pctx, stop := context.WithCancel(ctx)
+		probed := make(chan error, 1)
+		go func() { probed <- probe(pctx, dir, store) }()
+		defer func() { stop(); <-probed }()
+	}
 	side, err := ParseSide(filepath.Join(dir, SideFile))
 	if err != nil {
 		return err

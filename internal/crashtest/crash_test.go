@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -66,8 +67,13 @@ func TestCrash(t *testing.T) {
 	var last crashtest.Stats
 	lost, inFlightCommitted, inFlightAbsent := 0, 0, 0
 	killedBeforeReady := 0
+	var jt journalTally
+	var base []crashtest.Segment // the journal's segments when the child starts
 	start := time.Now()
 	for cycle := 1; cycle <= *cycles; cycle++ {
+		if err := os.Remove(filepath.Join(dir, crashtest.ProbeFile)); err != nil && !os.IsNotExist(err) {
+			require.NoError(t, err)
+		}
 		cmd := exec.Command(exe)
 		cmd.Env = append(os.Environ(),
 			crashtest.EnvDir+"="+dir,
@@ -88,9 +94,18 @@ func TestCrash(t *testing.T) {
 		}()
 
 		// Kill at a random moment: now and then during recovery (before the
-		// child is ready), mostly somewhere in the storm.
+		// child is ready), mostly somewhere in the storm; in half the storm
+		// cycles, at the moment the child's probe shows a journal frame
+		// written, an application to bbolt or a segment recycled (a new
+		// generation on disk), a random while into the storm.
 		var kill <-chan time.Time
+		var hit <-chan bool
+		stopWatch := make(chan struct{})
 		early := rng.IntN(5) == 0
+		target, aimed := noTarget, ""
+		if !early && rng.IntN(2) == 0 {
+			target = killTarget(1 + rng.IntN(3))
+		}
 		if early {
 			kill = time.After(time.Duration(rng.IntN(400)) * time.Millisecond)
 		}
@@ -100,9 +115,22 @@ func TestCrash(t *testing.T) {
 			select {
 			case l := <-lines:
 				if !early && bytes.HasPrefix([]byte(l), []byte("ready")) {
-					kill = time.After(time.Duration(20+rng.IntN(400)) * time.Millisecond)
+					d := time.Duration(20+rng.IntN(400)) * time.Millisecond
+					if target == noTarget {
+						kill = time.After(d)
+					} else {
+						hit = watchProbe(dir, target, d/2, stopWatch)
+					}
 				}
 			case <-kill:
+				break wait
+			case h := <-hit:
+				jt.targeted(target, h)
+				if h {
+					aimed = fmt.Sprintf(" (killed as the probe saw %s)", target)
+				} else {
+					aimed = fmt.Sprintf(" (waited 3 s for %s in vain)", target)
+				}
 				break wait
 			case err := <-exited:
 				t.Fatalf("cycle %d: the child exited on its own (%v) before it was killed:\n%s", cycle, err, stderr.String())
@@ -112,6 +140,7 @@ func TestCrash(t *testing.T) {
 			}
 		}
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		close(stopWatch)
 		err = <-exited
 		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 		if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
@@ -121,9 +150,19 @@ func TestCrash(t *testing.T) {
 			killedBeforeReady++
 		}
 
+		// What the journal went through before the kill: the child's
+		// counters and the segment generations on disk.
+		probe, probed, err := crashtest.ReadProbe(dir)
+		require.NoError(t, err)
+		segs, err := crashtest.Segments(dir)
+		require.NoError(t, err)
+
 		st, err := crashtest.Check(t.Context(), dir, cycle)
 		require.NoError(t, err, "cycle %d (seed %d); child stderr:\n%s", cycle, seed, stderr.String())
 		require.Zero(t, st.Lost, "cycle %d: acknowledged writes lost", cycle)
+		t.Logf("cycle %d%s: %s", cycle, aimed, jt.add(probe, probed, base, segs, st))
+		base, err = crashtest.Segments(dir)
+		require.NoError(t, err)
 		lost += st.Lost
 		inFlightCommitted += st.InFlightCommitted
 		inFlightAbsent += st.InFlightAbsent
@@ -134,5 +173,164 @@ func TestCrash(t *testing.T) {
 		*cycles, killedBeforeReady, time.Since(start).Round(time.Second), seed, lost, inFlightCommitted, inFlightAbsent, last)
 	t.Log(msg)
 	fmt.Println(msg)
+	jmsg := "crash: journal at the kills: " + jt.String()
+	t.Log(jmsg)
+	fmt.Println(jmsg)
 	require.Positive(t, last.Acked)
+	// The kills landed in a journal that was busy with all three.
+	require.Positive(t, jt.frames, "no journal frame was written before a kill")
+	require.Positive(t, jt.applications, "no background application ran before a kill")
+	require.Positive(t, jt.recycles, "no segment was recycled before a kill")
+	if *cycles >= 50 {
+		require.Positive(t, jt.replayedKills, "no kill left acknowledged records in the journal for the reopen to replay")
+	}
+}
+
+// killTarget is the journal event a cycle's kill waits for.
+type killTarget int
+
+const (
+	noTarget killTarget = iota
+	targetFrame
+	targetApplication
+	targetRecycle
+)
+
+func (k killTarget) String() string {
+	return [...]string{"none", "a journal frame", "an application", "a recycle"}[k]
+}
+
+// watchProbe waits first, then polls the child's probe file until the
+// target's counter moves past the value first seen (true) or for 3 s at
+// most (false), or until stop.
+func watchProbe(dir string, target killTarget, first time.Duration, stop <-chan struct{}) <-chan bool {
+	out := make(chan bool, 1)
+	counter := func(p crashtest.Probe) uint64 {
+		switch target {
+		case targetFrame:
+			return p.Frames
+		case targetApplication:
+			return p.Applications
+		}
+		return p.Generation
+	}
+	go func() {
+		select {
+		case <-time.After(first):
+		case <-stop:
+			return
+		}
+		p, _, _ := crashtest.ReadProbe(dir)
+		base := counter(p)
+		tick := time.NewTicker(200 * time.Microsecond)
+		defer tick.Stop()
+		give := time.After(3 * time.Second)
+		for {
+			select {
+			case <-tick.C:
+				if p, ok, _ := crashtest.ReadProbe(dir); ok && counter(p) > base {
+					out <- true
+					return
+				}
+			case <-give:
+				out <- false
+				return
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// journalTally adds up what the journal did before each kill.
+type journalTally struct {
+	hits, misses                       [4]int // targeted kills: the target seen, or not within 3 s
+	kills, probed                      int
+	frames, applications, recycles     uint64
+	withFrames, withApps, withRecycles int // kills after at least one of each in that process
+	nearFrame, nearApp, nearRecycle    int // kills within one probe interval of one
+	pendingAtKill                      int // kills with records the applier had not written to bbolt
+	spareReady                         int // kills between a recycle and the first frame written to it
+	replayedKills, replayedRecords     int // kills whose journal the reopen replayed, and the records
+	tornKills                          int
+}
+
+// add counts one kill: probe is the child's last journal probe (probed:
+// it wrote one), before and after the segment headers on disk when the
+// child started and after it was killed. A segment whose generation is
+// new was prepared by the child: created (the journal had fewer files) or
+// recycled (a free segment given a new generation), the one its open
+// prepares included.
+func (jt *journalTally) add(p crashtest.Probe, probed bool, before, after []crashtest.Segment, st crashtest.Stats) string {
+	jt.kills++
+	prepared := crashtest.MaxGeneration(after) - crashtest.MaxGeneration(before)
+	created := uint64(max(0, len(after)-len(before)))
+	recycles := prepared - min(prepared, created)
+	jt.recycles += recycles
+	if recycles > 0 {
+		jt.withRecycles++
+	}
+	spare := crashtest.SpareReady(after)
+	if spare {
+		jt.spareReady++
+	}
+	if probed {
+		jt.probed++
+		jt.frames += p.Frames
+		jt.applications += p.Applications
+		if p.Frames > 0 {
+			jt.withFrames++
+		}
+		if p.Applications > 0 {
+			jt.withApps++
+		}
+		if p.DFrames > 0 {
+			jt.nearFrame++
+		}
+		if p.DApplications > 0 {
+			jt.nearApp++
+		}
+		if p.DGeneration > 0 {
+			jt.nearRecycle++
+		}
+		if p.Pending > 0 {
+			jt.pendingAtKill++
+		}
+	}
+	if st.Replayed > 0 {
+		jt.replayedKills++
+		jt.replayedRecords += st.Replayed
+	}
+	if st.TornBytes > 0 {
+		jt.tornKills++
+	}
+	return fmt.Sprintf("killed after %d journal frames, %d applications, %d segments recycled and %d created (probed %v; last %v: +%d frames, +%d applications, +%d generations; %d records pending; a recycled spare not yet written: %v); "+
+		"the reopen replayed %d records (tail cut as torn: %d bytes)",
+		p.Frames, p.Applications, recycles, created, probed, crashtest.ProbeEvery, p.DFrames, p.DApplications, p.DGeneration, p.Pending, spare, st.Replayed, st.TornBytes)
+}
+
+func (jt *journalTally) targeted(k killTarget, hit bool) {
+	if hit {
+		jt.hits[k]++
+	} else {
+		jt.misses[k]++
+	}
+}
+
+func (jt journalTally) String() string {
+	return fmt.Sprintf("%d kills (%d after the store opened) after %d frames / %d applications / %d segment recycles in all; "+
+		"%d kills after frames were written, %d after applications, %d after recycles; "+
+		"within %v of the kill: a frame write %d times, an application %d, a recycle %d; "+
+		"%d kills between a segment's recycling and its first frame; "+
+		"%d kills with records pending in the journal at open (replayed: %d records), %d with records pending at the last probe; "+
+		"%d reopens cut a final-segment tail as torn (a torn frame, or stale bytes of an earlier generation); "+
+		"kills aimed at the moment the probe saw %s: %d (%d timed out), %s: %d (%d), %s: %d (%d)",
+		jt.kills, jt.probed, jt.frames, jt.applications, jt.recycles,
+		jt.withFrames, jt.withApps, jt.withRecycles,
+		crashtest.ProbeEvery, jt.nearFrame, jt.nearApp, jt.nearRecycle,
+		jt.spareReady,
+		jt.replayedKills, jt.replayedRecords, jt.pendingAtKill, jt.tornKills,
+		targetFrame, jt.hits[targetFrame], jt.misses[targetFrame], targetApplication, jt.hits[targetApplication], jt.misses[targetApplication],
+		targetRecycle, jt.hits[targetRecycle], jt.misses[targetRecycle])
 }

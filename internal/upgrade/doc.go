@@ -12,6 +12,10 @@
 // requests work, that a suspension token never used still resumes its
 // frame once, and that stateindex verify passes on the file.
 //
+// testdata/v2 is a data directory as a crash leaves it with the journal:
+// bbolt plus a journal segment holding acknowledged records bbolt lacks;
+// the first open must replay them (TestJournalFixtureReplays).
+//
 // A fixture is never regenerated once its release is out: a release that
 // changes a format adds a directory (testdata/v2, ...) and the test runs
 // every one. The manifest's records (Step, Reply) are this package's own,

@@ -30,6 +30,9 @@ const (
 	genShards        = 4
 	genSnapshotEvery = 8
 	genClockStep     = 250 * time.Millisecond
+	// Small segments keep the committed journal small; a store reads the
+	// size of existing segments from their files.
+	genJournalSegmentBytes = 64 << 10
 )
 
 var genClockStart = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC).UnixNano()
@@ -78,7 +81,15 @@ func writeFixture(t *testing.T, dir string) *Manifest {
 	pub := hex.EncodeToString(signing.Public().(ed25519.PublicKey)) + "\n"
 	require.NoError(t, os.WriteFile(filepath.Join(data, checkpointPubFile), []byte(pub), 0o644))
 
-	store, err := eventstore.Open(filepath.Join(data, dbFile), nil)
+	// The store is written in a scratch directory and copied into the
+	// fixture while it is open (see below); the keys are copied with it.
+	live := t.TempDir()
+	require.NoError(t, copyDir(live, data))
+	// Records wait in the journal (bbolt gets them when a snapshot asks for
+	// an application, or at the Flush below); the last scope's are in the
+	// journal alone.
+	store, err := eventstore.Open(filepath.Join(live, dbFile), &eventstore.Options{
+		JournalSegmentBytes: genJournalSegmentBytes, ApplyInterval: time.Hour, ApplyBytes: 1 << 30})
 	require.NoError(t, err)
 	clk := newClock(genClockStart, genClockStep)
 	cfg := actors.DefaultConfig()
@@ -91,13 +102,35 @@ func writeFixture(t *testing.T, dir string) *Manifest {
 	require.NoError(t, err)
 
 	g := &gen{t: t, c: srv.Client(), rid: idSource("request"),
-		m: &Manifest{Release: filepath.Base(dir), ClockStart: genClockStart, SnapshotEvery: genSnapshotEvery, Shards: genShards}}
+		m: &Manifest{Release: filepath.Base(dir), ClockStart: genClockStart, SnapshotEvery: genSnapshotEvery, Shards: genShards,
+			JournalSegmentBytes: genJournalSegmentBytes}}
 	g.scenario()
 
 	srv.Stop() // waits for background snapshots and checkpoint signatures
 	sys.Shutdown()
+
+	// The tail: bbolt covers the scenario; a last scope is written by a
+	// server that never snapshots (a snapshot makes the store apply the
+	// journal), so its records are in the journal only.
+	require.NoError(t, store.Flush(context.Background()))
+	cfg.SnapshotEvery = 1 << 40
+	sys = quietSystem()
+	srv, err = actors.Start(sys, store, cfg)
+	require.NoError(t, err)
+	g.c = srv.Client()
+	g.tail()
+	srv.Stop()
+	sys.Shutdown()
 	g.m.LastSeq, err = store.LastSeq(context.Background())
 	require.NoError(t, err)
+	// What a crash leaves: the data file and the journal, copied while the
+	// store is open, with acknowledged records not yet applied to bbolt.
+	js := store.JournalStats()
+	require.Positive(t, js.Pending, "the journal must hold records bbolt lacks")
+	g.m.JournalPending = js.Pending
+	require.NoError(t, copyFile(filepath.Join(data, dbFile), filepath.Join(live, dbFile)))
+	jdir := filepath.Join(data, filepath.Base(eventstore.JournalDir(dbFile)))
+	require.NoError(t, copyDir(jdir, eventstore.JournalDir(filepath.Join(live, dbFile))))
 	require.NoError(t, store.Close())
 	g.m.ClockEnd = clk.last()
 	b, err := g.m.Encode()
@@ -260,4 +293,29 @@ func (g *gen) scenario() {
 		Note: "ticket system down", TTLMillis: (48 * time.Hour).Milliseconds()}).Suspension
 	g.do(Step{Op: "ResumeActor", Scope: delta, RequestID: "delta-resume-actor"})
 	g.facts(delta, dtok)
+}
+
+// tail writes the scope a journal fixture leaves in its journal alone: a
+// stack of two frames, context, a finished tool call, usage, a result and a
+// suspension never resumed.
+func (g *gen) tail() {
+	const epsilon = "epsilon"
+	root := g.do(Step{Op: "PushFrame", Scope: epsilon, RequestID: "epsilon-push-root", Goal: str("answer the survey"),
+		Budget: &budget.TokenBudget{Total: 6000}, Limits: &budget.Limits{Tokens: 20000, Turns: 10}}).FrameID
+	child := g.do(Step{Op: "PushFrame", Scope: epsilon, RequestID: "epsilon-push-child", ParentID: root, Goal: str("fetch the questions"),
+		Budget: &budget.TokenBudget{Total: 1500}}).FrameID
+	g.do(Step{Op: "AddContextHandle", Scope: epsilon, RequestID: "epsilon-ctx", FrameID: child, HandleID: "h-form",
+		Kind: "tool_output", Priority: prio(compaction.High), Content: "Q1: name. Q2: team. Q3: favourite editor."})
+	g.do(Step{Op: "StartToolCall", Scope: epsilon, RequestID: "epsilon-tool-start", FrameID: child, CallID: "call-form",
+		Name: "fetch_form", Input: []byte(`{"id":"survey-9"}`)})
+	g.do(Step{Op: "FinishToolCall", Scope: epsilon, RequestID: "epsilon-tool-finish", FrameID: child, CallID: "call-form",
+		Output: "3 questions"})
+	g.do(Step{Op: "RecordUsage", Scope: epsilon, RequestID: "epsilon-usage", FrameID: child,
+		Cost: &budget.Cost{InputTokens: 120, OutputTokens: 40, Turns: 1}})
+	g.do(Step{Op: "AddResult", Scope: epsilon, RequestID: "epsilon-result", FrameID: child, ResultID: "r-form",
+		Kind: "document", Ref: "mem://survey-9", Summary: "the survey's questions"})
+	tok := g.do(Step{Op: "SuspendFrame", Scope: epsilon, RequestID: "epsilon-suspend", FrameID: root, SuspendAs: string(frames.SuspendApproval),
+		Note: "answers need the user's approval"}).Suspension
+	g.do(Step{Op: "ResumeActor", Scope: epsilon, RequestID: "epsilon-resume-actor"})
+	g.facts(epsilon, tok)
 }

@@ -85,7 +85,8 @@ func readKeys(dir string) (keys, error) {
 	return k, nil
 }
 
-// copyDir copies the regular files of src into dst (created).
+// copyDir copies the regular files of src into dst (created), and its
+// directories (a data file's journal) likewise.
 func copyDir(dst, src string) error {
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return err
@@ -95,16 +96,25 @@ func copyDir(dst, src string) error {
 		return err
 	}
 	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
-			return err
+		switch {
+		case e.IsDir():
+			if err := copyDir(filepath.Join(dst, e.Name()), filepath.Join(src, e.Name())); err != nil {
+				return err
+			}
+		case e.Type().IsRegular():
+			if err := copyFile(filepath.Join(dst, e.Name()), filepath.Join(src, e.Name())); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// copyFile copies the file src to dst.
+func copyFile(dst, src string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o600)
 }

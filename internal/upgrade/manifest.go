@@ -35,6 +35,15 @@ type Manifest struct {
 	Shards        int   `json:"shards"`
 	// LastSeq is the store's global sequence once written.
 	LastSeq uint64 `json:"last_seq"`
+	// JournalPending is the number of acknowledged records the data
+	// directory holds in its write-ahead journal and not in bbolt (the
+	// copy was taken while the store was open, as a crash leaves it): the
+	// first open must replay exactly these. Fixtures before the journal
+	// (v1) have none.
+	JournalPending int `json:"journal_pending,omitempty"`
+	// JournalSegmentBytes is the size of the fixture's journal segments
+	// (0: no journal).
+	JournalSegmentBytes int `json:"journal_segment_bytes,omitempty"`
 	// Steps are the mutating requests in the order they were sent, each
 	// with the reply it got.
 	Steps []Step `json:"steps"`

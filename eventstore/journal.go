@@ -321,7 +321,16 @@ func (j *journal) write(frame []byte, lastSeq uint64) error {
 	if err := j.inject("write"); err != nil {
 		return err
 	}
-	if _, err := j.active.f.WriteAt(frame, j.off); err != nil {
+	// The frame goes out with a zeroed frame header after it (overwritten
+	// by the next frame), so what follows the last frame on disk is blank
+	// — never the stale bytes of an earlier generation, which could look
+	// like a torn frame — unless a write really was torn.
+	out := frame
+	if j.off+int64(len(frame))+frameHeaderSize <= j.segSize && cap(frame)-len(frame) >= frameHeaderSize {
+		out = frame[:len(frame)+frameHeaderSize]
+		clear(out[len(frame):])
+	}
+	if _, err := j.active.f.WriteAt(out, j.off); err != nil {
 		return err
 	}
 	if err := j.inject("sync"); err != nil {
@@ -488,7 +497,10 @@ func (j *journal) prepare(seg *segment, gen, covered uint64, created bool) error
 		seg.size = j.segSize
 		created = true
 	}
-	if _, err := seg.f.WriteAt(encodeSegHeader(segHeader{gen: gen, covered: covered, size: uint64(j.segSize)}), 0); err != nil {
+	// The header, and a blank frame header where the first frame goes: a
+	// recycled segment's stale first frame is never the first thing read.
+	hdr := append(encodeSegHeader(segHeader{gen: gen, covered: covered, size: uint64(j.segSize)}), make([]byte, frameHeaderSize)...)
+	if _, err := seg.f.WriteAt(hdr, 0); err != nil {
 		return err
 	}
 	if !j.noSync {

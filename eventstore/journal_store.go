@@ -89,7 +89,7 @@ func (s *BoltStore) commitJournal(batch []*request) {
 	_, lastSeq := s.over.view()
 	lastSeq = max(lastSeq, s.jseq)
 	startSeq := lastSeq
-	capHint := frameHeaderSize + frameAlign
+	capHint := 2*frameHeaderSize + frameAlign // header, padding, zero trailer
 	for _, r := range batch {
 		if r.kind == reqAppend {
 			capHint += r.frameBytes()
@@ -681,7 +681,13 @@ func (s *BoltStore) replay(segs []*segment, bboltLast uint64, metaWarn string) (
 			// A header torn while the segment was being prepared holds no
 			// records bbolt lacks; a damaged header of a segment that
 			// does is corruption.
-			if g := binary.LittleEndian.Uint64(data[min(len(data), segHeaderSize+8):min(len(data), segHeaderSize+16)]); g != 0 {
+			// (A file cut short — a crash while it was being created — has
+			// no frame at all.)
+			if len(data) < segHeaderSize+frameHeaderSize {
+				info.Warnings = append(info.Warnings, fmt.Sprintf("journal segment %s is %d bytes, a file whose creation a crash interrupted: it will be prepared again", seg.path, len(data)))
+				continue
+			}
+			if g := binary.LittleEndian.Uint64(data[segHeaderSize+8 : segHeaderSize+16]); g != 0 {
 				if payload, _, count, _, ok := frameAt(data, segHeaderSize, g); ok {
 					needed := false
 					_ = splitFrame(payload, count, func(raw []byte) error {

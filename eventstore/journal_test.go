@@ -718,3 +718,23 @@ func TestJournalExactVersionsWithEagerApplier(t *testing.T) {
 	}
 	require.Len(t, allRecords(t, s), 16*1500)
 }
+
+// A crash while a segment file was being created leaves it empty or
+// short: it holds nothing, and Open prepares it again.
+func TestJournalSegmentCutShortByACrash(t *testing.T) {
+	for _, size := range []int{0, 100, 4096, 4096 + 20} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			src := tempPath(t)
+			s := openAt(t, src, held)
+			appendN(t, s, "a", 0, 3)
+			want := allRecords(t, s)
+			dst := copyStore(t, src)
+			require.NoError(t, os.WriteFile(filepath.Join(eventstore.JournalDir(dst), "00000007.seg"), make([]byte, size), 0o600))
+			r, err := eventstore.Open(dst, fast)
+			require.NoError(t, err)
+			defer r.Close()
+			require.Equal(t, want, allRecords(t, r))
+			appendN(t, r, "a", 3, 1)
+		})
+	}
+}

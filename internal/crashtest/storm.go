@@ -12,6 +12,7 @@
 package crashtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -46,7 +47,14 @@ type SideLog struct {
 }
 
 // OpenSideLog opens (creating) the side file for appending.
+// A last line a kill cut short is dropped first: appending after it would
+// glue the next line onto it.
 func OpenSideLog(path string) (*SideLog, error) {
+	if b, err := os.ReadFile(path); err == nil && len(b) > 0 && b[len(b)-1] != '\n' {
+		if err := os.Truncate(path, int64(bytes.LastIndexByte(b, '\n')+1)); err != nil {
+			return nil, err
+		}
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err

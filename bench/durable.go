@@ -142,7 +142,9 @@ func durable(ctx context.Context, o *Options, scopes, ops int) (DurableResult, e
 			}
 			probes = append(probes, p)
 		}
-		var path string // the journal run's file: its events are the raw runs'
+		var path string                            // the journal run's file
+		var byStream map[string][]eventstore.Event // its events, which the raw runs append again
+		var bytes int64
 		for _, off := range modes(rr.JournalFirst) {
 			name, opts := "journal", (*eventstore.Options)(nil)
 			if off {
@@ -150,7 +152,14 @@ func durable(ctx context.Context, o *Options, scopes, ops int) (DurableResult, e
 			}
 			p := dbPath(dir, fmt.Sprintf("actor-%d-%s", round, name))
 			o.progress("durable: %d scopes, round %d/%d, %s: %d PushFrame/AddContextHandle requests through the actor", scopes, round+1, rounds, name, n)
-			ph, err := runAgents(ctx, p, opts, o.Shards, scopes, n, 1024, (*agent).durableOp)
+			var then func(eventstore.Store) error
+			if !off {
+				then = func(store eventstore.Store) (err error) {
+					byStream, bytes, err = readStore(ctx, store)
+					return err
+				}
+			}
+			ph, err := runAgentsThen(ctx, p, opts, o.Shards, scopes, n, 1024, (*agent).durableOp, then)
 			if err != nil {
 				return res, err
 			}
@@ -164,10 +173,6 @@ func durable(ctx context.Context, o *Options, scopes, ops int) (DurableResult, e
 			res.Journal = journalSize(ph.journal)
 		}
 
-		byStream, bytes, err := readEvents(ctx, path)
-		if err != nil {
-			return res, err
-		}
 		streams := make([][]eventstore.Event, 0, len(byStream))
 		names := make([]string, 0, len(byStream))
 		count := 0
@@ -245,6 +250,13 @@ func modes(journalFirst bool) []bool {
 // evenly over the scopes, one goroutine per scope; size is the approximate
 // payload of one call.
 func runAgents(ctx context.Context, path string, opts *eventstore.Options, shards, scopes, ops, size int, op func(*agent, context.Context) error) (phase, error) {
+	return runAgentsThen(ctx, path, opts, shards, scopes, ops, size, op, nil)
+}
+
+// runAgentsThen is runAgents calling then, when not nil, with the store
+// after the timed phase, before the StateIndex stops.
+func runAgentsThen(ctx context.Context, path string, opts *eventstore.Options, shards, scopes, ops, size int, op func(*agent, context.Context) error,
+	then func(eventstore.Store) error) (phase, error) {
 	n, err := startWith(path, opts, config(shards))
 	if err != nil {
 		return phase{}, err
@@ -276,6 +288,9 @@ func runAgents(ctx context.Context, path string, opts *eventstore.Options, shard
 	ph, err := timedWriters(counts, func(i, _ int) error { return op(agents[i], ctx) })
 	if js, ok := n.store.(journaled); ok {
 		ph.journal = js.JournalStats()
+	}
+	if err == nil && then != nil {
+		err = then(n.store)
 	}
 	return ph, errs(err, n.stop())
 }

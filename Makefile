@@ -42,7 +42,7 @@ STATEJSON_MAX ?= 2500
 BENCH_FLAGS ?=
 bench:
 	@mkdir -p $(BENCH_OUT); start=$$(date +%s); \
-	echo "make bench: stateindex bench $(BENCH_FLAGS) --json, then the peers: 10,000 durable 1 KiB checkpoints at 1, 16 and 64 threads (state.json: at most $(STATEJSON_MAX) per thread)" >&2; \
+	echo "make bench: stateindex bench $(BENCH_FLAGS) --json, then the peers: 10,000 durable 1 KiB checkpoints at 1, 16 and 64 threads on SQLite and StateIndex journal and journal=off in alternating rounds (state.json: at most $(STATEJSON_MAX) per thread)" >&2; \
 	$(GO) run ./cmd/stateindex bench --json $(BENCH_FLAGS) > $(BENCH_OUT)/stateindex.json && \
 	(cd bench/peers && $(GO) run -mod=mod . --ours $(BENCH_OUT)/stateindex.json --statejson-max-per-thread $(STATEJSON_MAX) --json-out $(BENCH_OUT)/peers.json) && \
 	echo "make bench: took $$(( $$(date +%s) - start )) s; JSON in $(BENCH_OUT)"

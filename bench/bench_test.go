@@ -36,6 +36,8 @@ func TestRunTiny(t *testing.T) {
 	for _, d := range rep.Durable {
 		assert.Positive(t, d.Actor.Ops, "scopes=%d", d.Scopes)
 		assert.Equal(t, d.Actor.Ops, d.GroupCommit.Ops, "the raw run replays exactly the actor's events")
+		assert.Equal(t, d.Actor.Ops, d.ActorOff.Ops, "both modes run the same requests")
+		assert.Equal(t, d.GroupCommit.Ops, d.GroupCommitOff.Ops)
 		assert.Positive(t, d.OneTxn.Ops)
 		assert.Positive(t, d.Actor.OpsPerSec)
 		assert.Positive(t, d.Actor.P50us)
@@ -109,12 +111,81 @@ func TestRemoteScenarioReportsABrokenServer(t *testing.T) {
 	assert.ErrorContains(t, err, "did not start")
 }
 
-func TestCheckpoints(t *testing.T) {
-	fig, err := bench.Checkpoints(context.Background(), bench.CheckpointOptions{Total: 10, Threads: 3, Size: 256, Dir: t.TempDir()})
+// TestBenchDurableBothModes: the durable scenario measures the journal
+// and journal=off in alternating rounds, keeps every round, reports medians
+// and the ratios of those medians, the journal's size within its bound,
+// and the disk probe at one scope only. Timing is never checked.
+func TestBenchDurableBothModes(t *testing.T) {
+	rep, err := bench.Run(context.Background(), bench.Options{Dir: t.TempDir(), Scale: 0.002, Rounds: 2, Only: []string{bench.ScenarioDurable}})
 	require.NoError(t, err)
-	assert.Equal(t, 10, fig.Ops)
+	require.Len(t, rep.Durable, 3)
+	for _, d := range rep.Durable {
+		require.Equal(t, 2, d.Rounds, "scopes=%d", d.Scopes)
+		require.Len(t, d.RoundFigures, 2)
+		assert.True(t, d.RoundFigures[0].JournalFirst)
+		assert.False(t, d.RoundFigures[1].JournalFirst, "rounds alternate which mode goes first")
+		sum := 0
+		for _, r := range d.RoundFigures {
+			for name, f := range map[string]bench.Figure{"actor": r.Actor, "actor off": r.ActorOff, "raw": r.GroupCommit, "raw off": r.GroupCommitOff, "one txn": r.OneTxn} {
+				assert.Positive(t, f.Ops, "scopes=%d %s", d.Scopes, name)
+			}
+			assert.Equal(t, r.Actor.Ops, r.ActorOff.Ops)
+			assert.Equal(t, r.Actor.Ops, r.GroupCommit.Ops)
+			sum += r.Actor.Ops
+		}
+		assert.Equal(t, sum, d.Actor.Ops, "the median figure counts every round's operations")
+		assert.Equal(t, bench.MedianFigure([]bench.Figure{d.RoundFigures[0].ActorOff, d.RoundFigures[1].ActorOff}), d.ActorOff)
+		assert.InDelta(t, d.Actor.OpsPerSec/d.ActorOff.OpsPerSec, d.JournalOverOff, 1e-9)
+		assert.InDelta(t, d.Actor.OpsPerSec/d.GroupCommit.OpsPerSec, d.ActorOverGroupCommit, 1e-9)
+		assert.InDelta(t, d.ActorOff.OpsPerSec/d.GroupCommitOff.OpsPerSec, d.ActorOffOverGroupCommitOff, 1e-9)
+		assert.Positive(t, d.Journal.Segments)
+		assert.Positive(t, d.Journal.Frames, "the journal run wrote frames")
+		assert.Positive(t, d.Journal.MaxBytes)
+		assert.LessOrEqual(t, d.Journal.Bytes, d.Journal.MaxBytes)
+		if d.Scopes == 1 {
+			require.NotNil(t, d.Fsync)
+			assert.Positive(t, d.Fsync.Overwrite.Ops)
+			assert.Positive(t, d.Fsync.Overwrite.P50us)
+			assert.Positive(t, d.Fsync.Append.P50us)
+		} else {
+			assert.Nil(t, d.Fsync, "the probe runs with one scope only")
+		}
+	}
+	names := make([]string, 0, len(rep.Goals))
+	for _, g := range rep.Goals {
+		names = append(names, g.Name)
+	}
+	for _, want := range []string{"64 scopes: actor ÷ raw journal group commit (ops/s)", "64 scopes: actor, journal ÷ journal=off (ops/s)",
+		"1 scope: actor p50 − overwrite-fdatasync p50 (same rounds)", "64 scopes: journal on disk after the run ≤ its bound"} {
+		assert.Contains(t, names, want)
+	}
+	var out bytes.Buffer
+	require.NoError(t, bench.WriteText(&out, rep))
+	for _, want := range []string{"actor, journal=off", "raw journal", "Disk floor", "overwrite p50", "Journal, 64 scope(s)", "bound 64 MiB"} {
+		assert.Contains(t, out.String(), want)
+	}
+}
 
-	_, err = bench.Checkpoints(context.Background(), bench.CheckpointOptions{Total: 0, Threads: 1, Size: 1})
+func TestMedianFigure(t *testing.T) {
+	figs := []bench.Figure{
+		{Ops: 10, Seconds: 1, OpsPerSec: 10, P50us: 300, P99us: 900, MeanUs: 310},
+		{Ops: 10, Seconds: 2, OpsPerSec: 5, P50us: 100, P99us: 700, MeanUs: 110},
+		{Ops: 20, Seconds: 1, OpsPerSec: 20, P50us: 200, P99us: 800, MeanUs: 210},
+	}
+	assert.Equal(t, bench.Figure{Ops: 40, Seconds: 4, OpsPerSec: 10, P50us: 200, P99us: 800, MeanUs: 210}, bench.MedianFigure(figs))
+	assert.InDelta(t, 7.5, bench.MedianFigure(figs[:2]).OpsPerSec, 1e-9, "even count: the mean of the middle two")
+	assert.Equal(t, bench.Figure{}, bench.MedianFigure(nil))
+	assert.InDelta(t, 2.0, bench.Median([]float64{3, 1, 2}), 1e-9)
+}
+
+func TestCheckpoints(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		fig, err := bench.Checkpoints(context.Background(), bench.CheckpointOptions{Total: 10, Threads: 3, Size: 256, Dir: t.TempDir(), JournalOff: off})
+		require.NoError(t, err, "journal off: %v", off)
+		assert.Equal(t, 10, fig.Ops)
+	}
+
+	_, err := bench.Checkpoints(context.Background(), bench.CheckpointOptions{Total: 0, Threads: 1, Size: 1})
 	assert.Error(t, err)
 }
 

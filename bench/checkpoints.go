@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+
+	"github.com/stateindex/stateindex/eventstore"
 )
 
 // CheckpointOptions describe the peers' workload: Total durable checkpoints
@@ -19,6 +21,9 @@ type CheckpointOptions struct {
 	Keep bool
 	// Shards overrides the StateIndex's shard count when > 0.
 	Shards int
+	// JournalOff opens the store with its write-ahead journal off (every
+	// group commit a bbolt transaction, two fsyncs).
+	JournalOff bool
 }
 
 // Checkpoints runs the peers' workload on StateIndex through its Client:
@@ -34,6 +39,10 @@ func Checkpoints(ctx context.Context, co CheckpointOptions) (Figure, error) {
 		return Figure{}, err
 	}
 	defer o.cleanup(dir)
-	ph, err := runAgents(ctx, dbPath(dir, "stateindex"), nil, co.Shards, co.Threads, co.Total, co.Size, (*agent).checkpoint)
+	var opts *eventstore.Options
+	if co.JournalOff {
+		opts = journalOff
+	}
+	ph, err := runAgents(ctx, dbPath(dir, "stateindex"), opts, co.Shards, co.Threads, co.Total, co.Size, (*agent).checkpoint)
 	return ph.figure(), err
 }

@@ -1,5 +1,7 @@
 // Package bench holds the fixed benchmark scenarios of StateIndex: durable
-// PushFrame and AddContextHandle throughput beside the raw store's ceilings,
+// PushFrame and AddContextHandle throughput with the event store's
+// write-ahead journal on and off in alternating rounds, beside the raw
+// store's ceilings and the disk's own overwrite-fdatasync floor,
 // AssembleContextPack latency, cold ResumeActor (snapshot + tail against
 // full replay), bytes on disk per event byte, and the durable-checkpoint
 // workload that the peers module (bench/peers) runs against state.json and

@@ -14,51 +14,108 @@ import (
 	"github.com/stateindex/stateindex/eventstore"
 )
 
-// DurableResult is the durable workload at one concurrency: through the
-// actor, and the same events written straight to the store twice — group
-// committed by the event store with no actor, and one bbolt transaction per
-// event (the ceiling of a store without group commit).
+// DurableResult is the durable workload at one concurrency, measured with
+// the store's write-ahead journal on (the default) and off, in alternating
+// rounds: through the actor, and the same events written straight to the
+// store — group committed by the event store with no actor (journal on and
+// off), and one bbolt transaction per event (the ceiling of a store without
+// group commit). Every figure is the median of its rounds (see
+// MedianFigure); RoundFigures keeps each round's.
 type DurableResult struct {
 	Scopes int `json:"scopes"`
+	Rounds int `json:"rounds"`
 	// Actor: PushFrame and AddContextHandle requests through the Client,
-	// one goroutine per scope, each waiting for its reply (fsynced).
+	// one goroutine per scope, each waiting for its reply (durable in the
+	// journal: one fdatasync per group commit).
 	Actor Figure `json:"actor"`
+	// ActorOff: the same with the journal off (Options.JournalOff): every
+	// group commit a bbolt transaction with its two fsyncs.
+	ActorOff Figure `json:"actor_journal_off"`
 	// GroupCommit: the events the actor wrote, read back and appended one
-	// per eventstore Append by one writer per scope, fsynced, no actor.
+	// per eventstore Append by one writer per scope, journal on, no actor:
+	// the raw journal group commit.
 	GroupCommit Figure `json:"raw_group_commit"`
+	// GroupCommitOff: the same with the journal off (raw bbolt group
+	// commit).
+	GroupCommitOff Figure `json:"raw_group_commit_journal_off"`
 	// OneTxn: the first of those events (at most 3,000 at scale 1) put into a
 	// bare bbolt file, one transaction (two fsyncs) per event, one writer
 	// per scope.
 	OneTxn Figure `json:"raw_one_txn"`
 	// MeanEventBytes is the mean encoded payload of the events.
 	MeanEventBytes float64 `json:"mean_event_bytes"`
-	// ActorOverGroupCommit is Actor ÷ GroupCommit in ops/s.
+	// ActorOverGroupCommit is Actor ÷ GroupCommit in ops/s (journal on).
 	ActorOverGroupCommit float64 `json:"actor_over_group_commit"`
+	// ActorOffOverGroupCommitOff is ActorOff ÷ GroupCommitOff in ops/s.
+	ActorOffOverGroupCommitOff float64 `json:"actor_off_over_group_commit_off"`
+	// JournalOverOff is Actor ÷ ActorOff in ops/s.
+	JournalOverOff float64 `json:"journal_over_off"`
 	// ActorP50OverOneTxnP50 is the Actor p50 ÷ the OneTxn p50.
 	ActorP50OverOneTxnP50 float64 `json:"actor_p50_over_one_txn_p50"`
+	// Journal is the journal of the last actor round with the journal on,
+	// read after its last reply, before the store closed.
+	Journal JournalSize `json:"journal"`
+	// Fsync is the disk's floor measured in the same rounds (one scope
+	// only: the figure its p50 is judged against).
+	Fsync *FsyncProbe `json:"fsync_probe,omitempty"`
+	// RoundFigures are the figures of each round, in order.
+	RoundFigures []DurableRound `json:"round_figures"`
 }
 
-// phase is the latencies of a measured phase and its wall time; phases of
-// several rounds add up.
+// DurableRound is one round of the durable workload.
+type DurableRound struct {
+	Actor          Figure `json:"actor"`
+	ActorOff       Figure `json:"actor_journal_off"`
+	GroupCommit    Figure `json:"raw_group_commit"`
+	GroupCommitOff Figure `json:"raw_group_commit_journal_off"`
+	OneTxn         Figure `json:"raw_one_txn"`
+	// JournalFirst: the journal runs of this round went before the
+	// journal=off runs (rounds alternate).
+	JournalFirst bool `json:"journal_first"`
+}
+
+// JournalSize is eventstore.JournalStats in a report.
+type JournalSize struct {
+	Segments     int    `json:"segments"`
+	SegmentBytes int64  `json:"segment_bytes"`
+	Bytes        int64  `json:"bytes"`
+	MaxBytes     int64  `json:"max_bytes"`
+	Pending      int    `json:"pending"`
+	PendingBytes int64  `json:"pending_bytes"`
+	Applications uint64 `json:"applications"`
+	Frames       uint64 `json:"frames"`
+}
+
+func journalSize(js eventstore.JournalStats) JournalSize {
+	return JournalSize{Segments: js.Segments, SegmentBytes: js.SegmentBytes, Bytes: js.Bytes, MaxBytes: js.MaxBytes,
+		Pending: js.Pending, PendingBytes: js.PendingBytes, Applications: js.Applications, Frames: js.Frames}
+}
+
+// phase is the latencies of a measured phase and its wall time.
 type phase struct {
 	lat  Latencies
 	wall time.Duration
-}
-
-func (p *phase) add(q phase) {
-	p.lat = append(p.lat, q.lat...)
-	p.wall += q.wall
+	// journal is the store's journal after the phase (zero when off).
+	journal eventstore.JournalStats
 }
 
 func (p phase) figure() Figure { return Summarize(p.lat, p.wall) }
 
-// durableRounds: each figure of the durable scenario is measured in this
-// many rounds, alternating actor and raw runs, so that a burst of other
-// load on the machine is less likely to fall on one side of a ratio only.
-const durableRounds = 2
+// DefaultRounds is how many rounds the durable scenario measures each
+// figure in, alternating journal and journal=off runs, so that a burst of
+// other load on the machine is less likely to fall on one side of a ratio
+// only.
+const DefaultRounds = 3
+
+// probeOps is how many overwrite (and append) fdatasyncs one round of the
+// fsync probe times at scale 1.
+const probeOps = 1000
+
+var journalOff = &eventstore.Options{JournalOff: true}
 
 // durable runs the durable workload with ops operations spread evenly
-// over scopes concurrent scopes.
+// over scopes concurrent scopes, in o's rounds; each round runs ops/rounds
+// operations in each mode.
 func durable(ctx context.Context, o *Options, scopes, ops int) (DurableResult, error) {
 	res := DurableResult{Scopes: scopes}
 	dir, err := scratch(o.Dir, fmt.Sprintf("durable-%d", scopes))
@@ -66,27 +123,56 @@ func durable(ctx context.Context, o *Options, scopes, ops int) (DurableResult, e
 		return res, err
 	}
 	defer o.cleanup(dir)
-	ops = max(ops, scopes)
-	rounds := min(durableRounds, ops/scopes)
-	var actor, group, txn phase
+	rounds := o.rounds()
+	ops = max(ops, scopes*rounds) // every scope works in every round
+	res.Rounds = rounds
+	var probes []FsyncProbe
 	var payload, events int64
 	for round := range rounds {
+		rr := DurableRound{JournalFirst: round%2 == 0}
 		n := ops / rounds
 		if round < ops%rounds {
 			n++
 		}
-		path := dbPath(dir, fmt.Sprintf("actor-%d", round))
-		o.progress("durable: %d scopes, round %d/%d: %d PushFrame/AddContextHandle requests through the actor", scopes, round+1, rounds, n)
-		ph, err := runAgents(ctx, path, nil, o.Shards, scopes, n, 1024, (*agent).durableOp)
-		if err != nil {
-			return res, err
+		if scopes == 1 {
+			o.progress("durable: round %d/%d: %d overwrite and %d append fdatasyncs of 1 KiB", round+1, rounds, o.scale(probeOps, 20), o.scale(probeOps, 20))
+			p, err := ProbeFsync(dir, o.scale(probeOps, 20))
+			if err != nil {
+				return res, err
+			}
+			probes = append(probes, p)
 		}
-		actor.add(ph)
+		var path string                            // the journal run's file
+		var byStream map[string][]eventstore.Event // its events, which the raw runs append again
+		var bytes int64
+		for _, off := range modes(rr.JournalFirst) {
+			name, opts := "journal", (*eventstore.Options)(nil)
+			if off {
+				name, opts = "journal=off", journalOff
+			}
+			p := dbPath(dir, fmt.Sprintf("actor-%d-%s", round, name))
+			o.progress("durable: %d scopes, round %d/%d, %s: %d PushFrame/AddContextHandle requests through the actor", scopes, round+1, rounds, name, n)
+			var then func(eventstore.Store) error
+			if !off {
+				then = func(store eventstore.Store) (err error) {
+					byStream, bytes, err = readStore(ctx, store)
+					return err
+				}
+			}
+			ph, err := runAgentsThen(ctx, p, opts, o.Shards, scopes, n, 1024, (*agent).durableOp, then)
+			if err != nil {
+				return res, err
+			}
+			if off {
+				rr.ActorOff = ph.figure()
+				o.cleanup(p)
+				o.cleanup(eventstore.JournalDir(p))
+				continue
+			}
+			rr.Actor, path = ph.figure(), p
+			res.Journal = journalSize(ph.journal)
+		}
 
-		byStream, bytes, err := readEvents(ctx, path)
-		if err != nil {
-			return res, err
-		}
 		streams := make([][]eventstore.Event, 0, len(byStream))
 		names := make([]string, 0, len(byStream))
 		count := 0
@@ -98,25 +184,65 @@ func durable(ctx context.Context, o *Options, scopes, ops int) (DurableResult, e
 		}
 		payload += bytes
 
-		o.progress("durable: %d scopes, round %d/%d: the same %d events group-committed with no actor", scopes, round+1, rounds, count)
-		if ph, err = groupCommit(ctx, dbPath(dir, fmt.Sprintf("group-%d", round)), names, streams); err != nil {
-			return res, err
+		for _, off := range modes(rr.JournalFirst) {
+			name, opts := "journal", (*eventstore.Options)(nil)
+			if off {
+				name, opts = "journal=off", journalOff
+			}
+			o.progress("durable: %d scopes, round %d/%d, %s: the same %d events group-committed with no actor", scopes, round+1, rounds, name, count)
+			ph, err := groupCommit(ctx, dbPath(dir, fmt.Sprintf("group-%d-%s", round, name)), opts, names, streams)
+			if err != nil {
+				return res, err
+			}
+			if off {
+				rr.GroupCommitOff = ph.figure()
+			} else {
+				rr.GroupCommit = ph.figure()
+			}
 		}
-		group.add(ph)
 
 		limit := min(count, (o.rawTxnEvents()+rounds-1)/rounds)
 		o.progress("durable: %d scopes, round %d/%d: %d of the events one bbolt transaction each", scopes, round+1, rounds, limit)
-		if ph, err = oneTxn(dbPath(dir, fmt.Sprintf("onetxn-%d", round)), names, streams, limit); err != nil {
+		ph, err := oneTxn(dbPath(dir, fmt.Sprintf("onetxn-%d", round)), names, streams, limit)
+		if err != nil {
 			return res, err
 		}
-		txn.add(ph)
-		o.cleanup(path) // the next round starts from an empty file too
+		rr.OneTxn = ph.figure()
+		res.RoundFigures = append(res.RoundFigures, rr)
+		o.cleanup(path) // the next round starts from empty files too
+		o.cleanup(eventstore.JournalDir(path))
 	}
-	res.Actor, res.GroupCommit, res.OneTxn = actor.figure(), group.figure(), txn.figure()
+	pick := func(get func(DurableRound) Figure) Figure {
+		figs := make([]Figure, len(res.RoundFigures))
+		for i, r := range res.RoundFigures {
+			figs[i] = get(r)
+		}
+		return MedianFigure(figs)
+	}
+	res.Actor = pick(func(r DurableRound) Figure { return r.Actor })
+	res.ActorOff = pick(func(r DurableRound) Figure { return r.ActorOff })
+	res.GroupCommit = pick(func(r DurableRound) Figure { return r.GroupCommit })
+	res.GroupCommitOff = pick(func(r DurableRound) Figure { return r.GroupCommitOff })
+	res.OneTxn = pick(func(r DurableRound) Figure { return r.OneTxn })
+	if len(probes) > 0 {
+		p := MedianProbe(probes)
+		res.Fsync = &p
+	}
 	res.MeanEventBytes = Ratio(float64(payload), float64(events))
 	res.ActorOverGroupCommit = Ratio(res.Actor.OpsPerSec, res.GroupCommit.OpsPerSec)
+	res.ActorOffOverGroupCommitOff = Ratio(res.ActorOff.OpsPerSec, res.GroupCommitOff.OpsPerSec)
+	res.JournalOverOff = Ratio(res.Actor.OpsPerSec, res.ActorOff.OpsPerSec)
 	res.ActorP50OverOneTxnP50 = Ratio(res.Actor.P50us, res.OneTxn.P50us)
 	return res, nil
+}
+
+// modes is the order of a round's runs: journalOff false (journal on)
+// first when journalFirst.
+func modes(journalFirst bool) []bool {
+	if journalFirst {
+		return []bool{false, true}
+	}
+	return []bool{true, false}
 }
 
 // runAgents starts a StateIndex on a new fsync'd file at path, pushes a
@@ -124,6 +250,13 @@ func durable(ctx context.Context, o *Options, scopes, ops int) (DurableResult, e
 // evenly over the scopes, one goroutine per scope; size is the approximate
 // payload of one call.
 func runAgents(ctx context.Context, path string, opts *eventstore.Options, shards, scopes, ops, size int, op func(*agent, context.Context) error) (phase, error) {
+	return runAgentsThen(ctx, path, opts, shards, scopes, ops, size, op, nil)
+}
+
+// runAgentsThen is runAgents calling then, when not nil, with the store
+// after the timed phase, before the StateIndex stops.
+func runAgentsThen(ctx context.Context, path string, opts *eventstore.Options, shards, scopes, ops, size int, op func(*agent, context.Context) error,
+	then func(eventstore.Store) error) (phase, error) {
 	n, err := startWith(path, opts, config(shards))
 	if err != nil {
 		return phase{}, err
@@ -153,7 +286,18 @@ func runAgents(ctx context.Context, path string, opts *eventstore.Options, shard
 		}
 	}
 	ph, err := timedWriters(counts, func(i, _ int) error { return op(agents[i], ctx) })
+	if js, ok := n.store.(journaled); ok {
+		ph.journal = js.JournalStats()
+	}
+	if err == nil && then != nil {
+		err = then(n.store)
+	}
 	return ph, errs(err, n.stop())
+}
+
+// journaled is a store that reports its journal (*eventstore.BoltStore).
+type journaled interface {
+	JournalStats() eventstore.JournalStats
 }
 
 // timedWriters runs one goroutine per writer i, timing counts[i] calls of
@@ -182,16 +326,17 @@ func timedWriters(counts []int, op func(i, j int) error) (phase, error) {
 		return phase{}, err
 	default:
 	}
-	return phase{Merge(lats), wall}, nil
+	return phase{lat: Merge(lats), wall: wall}, nil
 }
 
 // groupCommit appends each stream's events, one event per Append, with one
-// writer per stream to a new fsync'd event store.
-func groupCommit(ctx context.Context, path string, names []string, streams [][]eventstore.Event) (phase, error) {
-	store, err := eventstore.Open(path, nil)
+// writer per stream to a new fsync'd event store opened with opts.
+func groupCommit(ctx context.Context, path string, opts *eventstore.Options, names []string, streams [][]eventstore.Event) (phase, error) {
+	store, err := eventstore.Open(path, opts)
 	if err != nil {
 		return phase{}, err
 	}
+	defer os.RemoveAll(eventstore.JournalDir(path))
 	defer os.Remove(path)
 	counts := make([]int, len(streams))
 	versions := make([]int64, len(streams))
@@ -203,6 +348,7 @@ func groupCommit(ctx context.Context, path string, names []string, streams [][]e
 		versions[i] = r.LastVersion
 		return err
 	})
+	ph.journal = store.JournalStats()
 	return ph, errs(err, store.Close())
 }
 

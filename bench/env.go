@@ -78,18 +78,13 @@ func (n *node) stop() error {
 	return n.store.Close()
 }
 
-// readEvents reads every stream of the file at path back as the events
-// that were appended, keyed by stream, and the sum of their payload bytes.
-func readEvents(ctx context.Context, path string) (map[string][]eventstore.Event, int64, error) {
-	store, err := eventstore.Open(path, &eventstore.Options{NoSync: true})
-	if err != nil {
-		return nil, 0, err
-	}
-	defer store.Close()
+// readStore reads every stream of an open store back as the events that
+// were appended, keyed by stream, and the sum of their payload bytes.
+func readStore(ctx context.Context, store eventstore.Store) (map[string][]eventstore.Event, int64, error) {
 	out := map[string][]eventstore.Event{}
 	var payload int64
 	var names []string
-	err = store.Streams(ctx, func(si eventstore.StreamInfo) error {
+	err := store.Streams(ctx, func(si eventstore.StreamInfo) error {
 		names = append(names, si.Stream)
 		return nil
 	})

@@ -36,6 +36,9 @@ type Options struct {
 	Scale float64
 	// Shards overrides the StateIndex's shard count when > 0.
 	Shards int
+	// Rounds is how many alternating rounds (journal on, journal off) the
+	// durable scenario measures each figure in; 0 means DefaultRounds.
+	Rounds int
 	// Only runs the named scenarios (see Scenarios); empty runs all.
 	Only []string
 	// Progress, when set, gets one line per step.
@@ -52,6 +55,13 @@ func (o *Options) scale(n int, least int) int {
 		s = 1
 	}
 	return max(int(float64(n)*s+0.5), least)
+}
+
+func (o *Options) rounds() int {
+	if o.Rounds > 0 {
+		return o.Rounds
+	}
+	return DefaultRounds
 }
 
 func (o *Options) rawTxnEvents() int { return o.scale(3000, 10) }

@@ -84,3 +84,44 @@ func Ratio(a, b float64) float64 {
 	}
 	return a / b
 }
+
+// MedianFigure combines the figures of several rounds of one measurement:
+// the operations and seconds add up, and every rate and latency is the
+// median of the rounds' (the mean of the middle two for an even count).
+func MedianFigure(rounds []Figure) Figure {
+	var f Figure
+	if len(rounds) == 0 {
+		return f
+	}
+	pick := func(get func(Figure) float64) float64 {
+		v := make([]float64, len(rounds))
+		for i, r := range rounds {
+			v[i] = get(r)
+		}
+		return Median(v)
+	}
+	for _, r := range rounds {
+		f.Ops += r.Ops
+		f.Seconds += r.Seconds
+	}
+	f.OpsPerSec = pick(func(r Figure) float64 { return r.OpsPerSec })
+	f.P50us = pick(func(r Figure) float64 { return r.P50us })
+	f.P99us = pick(func(r Figure) float64 { return r.P99us })
+	f.MeanUs = pick(func(r Figure) float64 { return r.MeanUs })
+	return f
+}
+
+// Median of values (the mean of the middle two for an even count; 0 for
+// none).
+func Median(values []float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	s := slices.Clone(values)
+	slices.Sort(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}

@@ -16,25 +16,41 @@ func WriteText(w io.Writer, r *Report) error {
 		r.Machine.GoVersion, r.Machine.OS, r.Machine.Arch, r.Machine.CPUs, r.Machine.CPUModel, r.Machine.Dir,
 		r.Started.Format("2006-01-02 15:04 UTC"), r.Machine.LoadAvg, r.Seconds, r.Scale)
 	if len(r.Durable) > 0 {
-		fmt.Fprintf(w, "\nDurable PushFrame + AddContextHandle (1 push : 3 handles, ~%.0f B events), fsync before every reply.\n", meanEvent(r.Durable))
-		fmt.Fprintf(w, "Raw: the same events straight to the store — group-committed by eventstore (no actor), and one bbolt transaction each.\n")
-		p("\tactor\t\t\t│\tgroup commit\t\t\t│\t1 txn/event\t\t\t│\tactor ÷\tactor p50 ÷\t\n")
-		p("scopes\tops/s\tp50 µs\tp99 µs\t│\tops/s\tp50 µs\tp99 µs\t│\tops/s\tp50 µs\tp99 µs\t│\tgroup\t1-txn p50\t\n")
+		fmt.Fprintf(w, "\nDurable PushFrame + AddContextHandle (1 push : 3 handles, ~%.0f B events), durable before every reply; journal (default) against journal=off\n", meanEvent(r.Durable))
+		fmt.Fprintf(w, "(every group commit a bbolt transaction, two fsyncs). Raw: the same events straight to the store, group-committed by eventstore with no actor\n")
+		fmt.Fprintf(w, "(journal on and off), and one bare bbolt transaction each. Each figure is the median of the rounds; journal and journal=off runs alternate.\n")
+		p("\tactor, journal\t\t\t│\tactor, journal=off\t\t\t│\traw journal\t\t│\traw journal=off\t\t│\t1 txn/event\t\t│\tactor ÷ raw\t\tjournal ÷\tactor p50 ÷\t\n")
+		p("scopes\tops/s\tp50 µs\tp99 µs\t│\tops/s\tp50 µs\tp99 µs\t│\tops/s\tp50 µs\t│\tops/s\tp50 µs\t│\tops/s\tp50 µs\t│\tjournal\toff\toff (actor)\t1-txn p50\t\n")
 		for _, d := range r.Durable {
-			p("%d\t%s\t%s\t%s\t│\t%s\t%s\t%s\t│\t%s\t%s\t%s\t│\t%.2f\t%.2f\t\n", d.Scopes,
+			p("%d\t%s\t%s\t%s\t│\t%s\t%s\t%s\t│\t%s\t%s\t│\t%s\t%s\t│\t%s\t%s\t│\t%.2f\t%.2f\t%.2f\t%.2f\t\n", d.Scopes,
 				num(d.Actor.OpsPerSec), num(d.Actor.P50us), num(d.Actor.P99us),
-				num(d.GroupCommit.OpsPerSec), num(d.GroupCommit.P50us), num(d.GroupCommit.P99us),
-				num(d.OneTxn.OpsPerSec), num(d.OneTxn.P50us), num(d.OneTxn.P99us),
-				d.ActorOverGroupCommit, d.ActorP50OverOneTxnP50)
+				num(d.ActorOff.OpsPerSec), num(d.ActorOff.P50us), num(d.ActorOff.P99us),
+				num(d.GroupCommit.OpsPerSec), num(d.GroupCommit.P50us),
+				num(d.GroupCommitOff.OpsPerSec), num(d.GroupCommitOff.P50us),
+				num(d.OneTxn.OpsPerSec), num(d.OneTxn.P50us),
+				d.ActorOverGroupCommit, d.ActorOffOverGroupCommitOff, d.JournalOverOff, d.ActorP50OverOneTxnP50)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 		ops := make([]string, 0, len(r.Durable))
 		for _, d := range r.Durable {
-			ops = append(ops, fmt.Sprintf("%d scope(s): %d requests, %d raw one-txn events", d.Scopes, d.Actor.Ops, d.OneTxn.Ops))
+			ops = append(ops, fmt.Sprintf("%d scope(s): %d requests per mode, %d raw one-txn events, %d rounds", d.Scopes, d.Actor.Ops, d.OneTxn.Ops, d.Rounds))
 		}
-		fmt.Fprintf(w, "(%s; each in %d rounds, actor and raw runs alternating)\n", strings.Join(ops, "; "), durableRounds)
+		fmt.Fprintf(w, "(%s)\n", strings.Join(ops, "; "))
+		for _, d := range r.Durable {
+			if f := d.Fsync; f != nil {
+				fmt.Fprintf(w, "Disk floor in the same rounds (median): pwrite 1 KiB into a preallocated, written file + fdatasync p50 %s µs (mean %s, p99 %s);\n",
+					num(f.Overwrite.P50us), num(f.Overwrite.MeanUs), num(f.Overwrite.P99us))
+				fmt.Fprintf(w, "  appending 1 KiB + fdatasync p50 %s µs (mean %s). %d scope: actor p50 (journal) − overwrite p50 = %s µs.\n",
+					num(f.Append.P50us), num(f.Append.MeanUs), d.Scopes, signed(d.Actor.P50us-f.Overwrite.P50us))
+			}
+		}
+		for _, d := range r.Durable {
+			j := d.Journal
+			fmt.Fprintf(w, "Journal, %d scope(s), after the last journal round's last reply: %d segment(s) of %.0f MiB = %.0f MiB on disk (bound %.0f MiB); %d records (%.1f MiB) not yet in bbolt; %s frames (fdatasyncs), %s bbolt applications.\n",
+				d.Scopes, j.Segments, mb(j.SegmentBytes), mb(j.Bytes), mb(j.MaxBytes), j.Pending, mb(j.PendingBytes), count(int(j.Frames)), count(int(j.Applications)))
+		}
 	}
 	if len(r.Assemble) > 0 {
 		fmt.Fprintf(w, "\nAssembleContextPack through the actor: one frame of N handles of ~200 tokens, budget %d, sequential requests.\n", assembleBudget)
@@ -100,7 +116,7 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 	}
 	if len(r.Goals) > 0 {
-		fmt.Fprintf(w, "\nGoals (issue 4) that this run can judge:\n")
+		fmt.Fprintf(w, "\nGoals (issues 4 and 10) that this run can judge:\n")
 		if err := WriteGoals(w, r.Goals); err != nil {
 			return err
 		}
@@ -147,6 +163,14 @@ func pageLabel(n int) string {
 		return "OS"
 	}
 	return fmt.Sprintf("%d KiB", n>>10)
+}
+
+// signed formats a difference with its sign.
+func signed(v float64) string {
+	if v < 0 {
+		return "−" + Num(-v)
+	}
+	return "+" + Num(v)
 }
 
 func mb(n int64) float64 { return float64(n) / (1 << 20) }

@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register(command{name: "bench", summary: "[--json] [--scale X] [--only LIST]   run the fixed benchmarks: durable, assemble, resume, storage, remote", run: benchCmd})
+	register(command{name: "bench", summary: "[--json] [--scale X] [--rounds N] [--only LIST]   run the fixed benchmarks: durable, assemble, resume, storage, remote", run: benchCmd})
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
@@ -25,6 +25,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	keep := fs.Bool("keep", false, "keep the scenario files")
 	scale := fs.Float64("scale", 1, "multiply every count (requests, handles, events, repetitions) by this")
 	shards := fs.Int("shards", 0, "StateIndex shards (0: the default)")
+	rounds := fs.Int("rounds", bench.DefaultRounds, "rounds of the durable scenario, journal and journal=off runs alternating; figures are medians")
 	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(bench.Scenarios, ", ")+" (default: all)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	fs.Usage = func() {
@@ -36,11 +37,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if fs.NArg() > 0 || *scale <= 0 {
+	if fs.NArg() > 0 || *scale <= 0 || *rounds < 1 {
 		fs.Usage()
 		return errUsage
 	}
-	o := bench.Options{Dir: *dir, Keep: *keep, Scale: *scale, Shards: *shards}
+	o := bench.Options{Dir: *dir, Keep: *keep, Scale: *scale, Shards: *shards, Rounds: *rounds}
 	if *only != "" {
 		o.Only = strings.Split(*only, ",")
 	}

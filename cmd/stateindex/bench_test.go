@@ -17,10 +17,27 @@ func TestBenchJSON(t *testing.T) {
 	require.Equal(t, 0, code, errb.String())
 	var rep bench.Report
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
-	assert.Len(t, rep.Durable, 3)
+	require.Len(t, rep.Durable, 3)
+	for _, d := range rep.Durable {
+		assert.Equal(t, bench.DefaultRounds, d.Rounds, "scopes=%d", d.Scopes)
+	}
 	assert.Len(t, rep.Assemble, 3)
 	assert.Empty(t, rep.Resume)
 	assert.Empty(t, errb.String(), "--quiet prints no progress")
+}
+
+func TestBenchRounds(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--json", "--quiet", "--scale", "0.002", "--rounds", "2", "--only", "durable", "--dir", t.TempDir()}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	var rep bench.Report
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	require.Len(t, rep.Durable, 3)
+	for _, d := range rep.Durable {
+		assert.Equal(t, 2, d.Rounds)
+		assert.Len(t, d.RoundFigures, 2)
+		assert.Positive(t, d.ActorOff.Ops, "journal=off measured in the same run")
+	}
 }
 
 func TestBenchTable(t *testing.T) {
@@ -34,6 +51,7 @@ func TestBenchTable(t *testing.T) {
 func TestBenchBadFlags(t *testing.T) {
 	var out, errb bytes.Buffer
 	assert.Equal(t, 2, run([]string{"bench", "--scale", "0"}, &out, &errb))
+	assert.Equal(t, 2, run([]string{"bench", "--rounds", "0"}, &out, &errb))
 	assert.Equal(t, 1, run([]string{"bench", "--quiet", "--only", "nope"}, &out, &errb))
 	assert.Contains(t, errb.String(), "unknown scenario")
 }

@@ -80,13 +80,8 @@ func TestBackupWhileAppending(t *testing.T) {
 		opts    *eventstore.Options
 		writers int
 	}{
-		"journal held": {held, 4},
-		// One writer: with several, the committer's jstate can read a
-		// stream's head from a read transaction opened before the applier
-		// moved that stream's records out of the overlay (a spurious
-		// ConflictError, seen without Backup too): a bug of
-		// journal_store.go, reported; raise to 4 once fixed.
-		"eager applier": {&eventstore.Options{NoSync: true, ApplyInterval: time.Microsecond, ApplyBytes: 1}, 1},
+		"journal held":  {held, 4},
+		"eager applier": {&eventstore.Options{NoSync: true, ApplyInterval: time.Microsecond, ApplyBytes: 1}, 4},
 		"journal off":   {&eventstore.Options{NoSync: true, JournalOff: true}, 4},
 	} {
 		t.Run(name, func(t *testing.T) {

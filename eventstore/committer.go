@@ -176,23 +176,29 @@ func (s *BoltStore) commit(batch []*request) {
 	clear(s.cm.states)
 	s.cm.arena = s.cm.arena[:0]
 	if err != nil {
-		// Never retry: after a failed fsync the kernel may have dropped the
-		// dirty pages, and a retry could "succeed" without them.
-		cause := fmt.Errorf("eventstore: commit of %d requests to %s failed: %w", len(batch), s.path, err)
-		s.failed.Store(&cause)
-		for _, r := range batch {
-			switch {
-			case r.wrote:
-				r.err = &commitError{cause: cause, inBatch: true}
-			case r.err != nil && r.err == r.ctx.Err():
-				// canceled before its writes: it wrote nothing, say so
-			default:
-				r.err = &commitError{cause: cause}
-			}
-		}
+		s.failCommit(batch, fmt.Errorf("eventstore: commit of %d requests to %s failed: %w", len(batch), s.path, err))
 	}
 	for _, r := range batch {
 		r.answer()
+	}
+}
+
+// failCommit disables writes with cause and gives every request of the
+// failed batch its outcome: unknown for those whose writes were part of
+// it, nothing written for the others. Never retry: after a failed fsync
+// the kernel may have dropped the dirty pages, and a retry could
+// "succeed" without them.
+func (s *BoltStore) failCommit(batch []*request, cause error) {
+	s.failed.Store(&cause)
+	for _, r := range batch {
+		switch {
+		case r.wrote:
+			r.err = &commitError{cause: cause, inBatch: true}
+		case r.err != nil && r.err == r.ctx.Err():
+			// canceled before its writes: it wrote nothing, say so
+		default:
+			r.err = &commitError{cause: cause}
+		}
 	}
 }
 
@@ -235,24 +241,14 @@ func (c *committer) apply(tx *bolt.Tx, batch []*request, hook *func() error) err
 			r.err = err
 			continue
 		}
+		if r.err = r.check(st.version, lastSeq); r.err != nil {
+			continue
+		}
 		if r.kind == reqSnapshot {
-			if r.snapVersion > st.version {
-				r.err = snapshotBeyondHead(r.stream, r.snapVersion, st.version)
-				continue
-			}
 			if err := bk.snaps.Put(c.streamKey(r.stream), r.buf); err != nil {
 				return err
 			}
 			r.wrote = true
-			continue
-		}
-		if r.expected != Any && r.expected != st.version {
-			r.err = &ConflictError{Stream: r.stream, Expected: r.expected, Actual: st.version}
-			continue
-		}
-		n := int64(len(r.ends))
-		if st.version > math.MaxInt64-n || lastSeq > math.MaxUint64-uint64(n) {
-			r.err = fmt.Errorf("eventstore: stream %q: version or sequence would overflow", r.stream)
 			continue
 		}
 		if st.bucket == nil {
@@ -302,6 +298,26 @@ func (c *committer) apply(tx *bolt.Tx, batch []*request, hook *func() error) err
 	}
 	if hook != nil {
 		return (*hook)()
+	}
+	return nil
+}
+
+// check says whether r can be written to a stream at version with the
+// global sequence at lastSeq: a snapshot must not be beyond the head, an
+// append must find the version it expects and not overflow.
+func (r *request) check(version int64, lastSeq uint64) error {
+	if r.kind == reqSnapshot {
+		if r.snapVersion > version {
+			return snapshotBeyondHead(r.stream, r.snapVersion, version)
+		}
+		return nil
+	}
+	if r.expected != Any && r.expected != version {
+		return &ConflictError{Stream: r.stream, Expected: r.expected, Actual: version}
+	}
+	n := int64(len(r.ends))
+	if version > math.MaxInt64-n || lastSeq > math.MaxUint64-uint64(n) {
+		return fmt.Errorf("eventstore: stream %q: version or sequence would overflow", r.stream)
 	}
 	return nil
 }

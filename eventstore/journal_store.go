@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -109,21 +108,11 @@ func (s *BoltStore) commitJournal(batch []*request) {
 			r.err = err
 			continue
 		}
+		if r.err = r.check(st.version, lastSeq); r.err != nil {
+			continue
+		}
 		if r.kind == reqSnapshot {
-			if r.snapVersion > st.version {
-				r.err = snapshotBeyondHead(r.stream, r.snapVersion, st.version)
-				continue
-			}
-			snaps = append(snaps, r)
-			continue
-		}
-		if r.expected != Any && r.expected != st.version {
-			r.err = &ConflictError{Stream: r.stream, Expected: r.expected, Actual: st.version}
-			continue
-		}
-		n := int64(len(r.ends))
-		if st.version > math.MaxInt64-n || lastSeq > math.MaxUint64-uint64(n) {
-			r.err = fmt.Errorf("eventstore: stream %q: version or sequence would overflow", r.stream)
+			snaps = append(snaps, r) // the applier writes it once bbolt covers the batch
 			continue
 		}
 		res := AppendResult{FirstVersion: st.version + 1, FirstSeq: lastSeq + 1}
@@ -166,19 +155,8 @@ func (s *BoltStore) commitJournal(batch []*request) {
 			err = s.j.write(frame, lastSeq)
 		}
 		if err != nil {
-			// Never retry: after a failed fdatasync the kernel may have
-			// dropped the dirty pages, and a retry could "succeed" without
-			// them.
-			cause := fmt.Errorf("eventstore: journal write of %d requests for %s failed: %w", len(batch), s.path, err)
-			s.failed.Store(&cause)
+			s.failCommit(batch, fmt.Errorf("eventstore: journal write of %d requests for %s failed: %w", len(batch), s.path, err))
 			for _, r := range batch {
-				switch {
-				case r.wrote:
-					r.err = &commitError{cause: cause, inBatch: true}
-				case r.err != nil && r.err == r.ctx.Err():
-				case r.kind == reqSnapshot && r.err == nil:
-					r.err = &commitError{cause: cause}
-				}
 				r.answer()
 			}
 			clear(recs)

@@ -170,12 +170,6 @@ func isBlank(data []byte, off int64, gen, nextSeq uint64) bool {
 	return nextSeq == 0 || binary.LittleEndian.Uint64(h[16:]) != nextSeq
 }
 
-// journalRecord is one record found in the journal.
-type journalRecord struct {
-	raw []byte
-	f   recordFields
-}
-
 // splitFrame cuts a frame's payload into its records.
 func splitFrame(payload []byte, count int, fn func(raw []byte) error) error {
 	for i := 0; i < count; i++ {

@@ -68,8 +68,8 @@ sequence below SEQ. A summary goes to stderr.
 		return enc.Encode(exportRecord{Stream: r.Stream, Version: r.Version, Seq: r.Seq, Type: r.Type, Data: r.Data, Hash: hex.EncodeToString(r.Hash[:])})
 	}
 	if *scope != "" {
-		info, err := store.Stream(ctx, *scope)
-		if err != nil {
+		var info eventstore.StreamInfo
+		if info, err = store.Stream(ctx, *scope); err != nil {
 			return err
 		}
 		if info.Version == 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
@@ -214,4 +215,20 @@ func TestExport(t *testing.T) {
 	assert.Equal(t, 1, run([]string{"export", "--data", dir, "--scope", "nope"}, &out, &errb))
 	assert.Contains(t, errb.String(), `no scope "nope"`)
 	assert.Empty(t, out.String())
+
+	// A damaged record of the scope fails the export (the chain is checked).
+	db, err := bolt.Open(filepath.Join(dir, dbFile), 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		recs := tx.Bucket([]byte("streams")).Bucket([]byte("agent-7"))
+		key := binary.BigEndian.AppendUint64(nil, 3)
+		v := bytes.Clone(recs.Get(key))
+		v[len(v)-1] ^= 0x01
+		return recs.Put(key, v)
+	}))
+	require.NoError(t, db.Close())
+	out.Reset()
+	errb.Reset()
+	assert.Equal(t, 1, run([]string{"export", "--data", dir, "--scope", "agent-7"}, &out, &errb), errb.String())
+	assert.Contains(t, errb.String(), "corrupt")
 }

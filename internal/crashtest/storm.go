@@ -163,19 +163,12 @@ var errRefused = errors.New("refused")
 func (w *Storm) send(ctx context.Context, req messages.Request) (messages.Reply, error) {
 	op := opName(req)
 	var id, scopeName string
-	switch r := req.(type) {
-	case messages.MutatingRequest:
+	if r, ok := req.(messages.MutatingRequest); ok { // ResumeActor too: it appends
 		if r.Mut().RequestID == "" {
 			w.n++
 			r.Mut().RequestID = fmt.Sprintf("%s-%d", w.Prefix, w.n)
 		}
 		id, scopeName = r.Mut().RequestID, r.Mut().Scope
-	case *messages.ResumeActor:
-		if r.RequestID == "" {
-			w.n++
-			r.RequestID = fmt.Sprintf("%s-%d", w.Prefix, w.n)
-		}
-		id, scopeName = r.RequestID, r.Scope
 	}
 	enc, err := eventstore.Marshal(req)
 	if err != nil {

@@ -1,6 +1,10 @@
 package eventstore
 
-import "os"
+import (
+	"os"
+
+	bolt "go.etcd.io/bbolt"
+)
 
 // SetCommitHook installs f to run inside every later commit's transaction,
 // after its writes; an error from f fails the commit. nil removes it.
@@ -132,3 +136,9 @@ const SegmentHeaderSize = segHeaderSize
 // NoHeadCache makes the journal's committer look every head up in the
 // overlay or bbolt. Call it before the first append.
 func NoHeadCache(s *BoltStore) { s.headLimit = 0 }
+
+// CopyDataFile writes the data file as of one committed bbolt transaction
+// (what a crash at that moment would leave of it) to dst.
+func CopyDataFile(s *BoltStore, dst string) error {
+	return s.view(func(tx *bolt.Tx) error { return tx.CopyFile(dst, 0o600) })
+}

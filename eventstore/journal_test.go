@@ -60,6 +60,24 @@ func copyStore(t *testing.T, src string) string {
 	return dst
 }
 
+// copyLive copies an open store as a crash would leave it while the
+// applier keeps running: the journal first, then the data file as of one
+// bbolt commit (anything the applier recycles in between, that commit
+// covers). Copying the data file byte by byte during a commit would not be
+// a state a crash can leave.
+func copyLive(t *testing.T, s *eventstore.BoltStore, src string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "copy.db")
+	require.NoError(t, os.MkdirAll(eventstore.JournalDir(dst), 0o700))
+	entries, err := os.ReadDir(eventstore.JournalDir(src))
+	require.NoError(t, err)
+	for _, e := range entries {
+		copyFile(t, filepath.Join(eventstore.JournalDir(src), e.Name()), filepath.Join(eventstore.JournalDir(dst), e.Name()))
+	}
+	require.NoError(t, eventstore.CopyDataFile(s, dst))
+	return dst
+}
+
 func copyFile(t *testing.T, src, dst string) {
 	t.Helper()
 	in, err := os.Open(src)
@@ -289,7 +307,7 @@ func TestJournalRecyclesSegments(t *testing.T) {
 		require.NoError(t, err)
 	}
 	want := allRecords(t, s)
-	dst := copyStore(t, src)
+	dst := copyLive(t, s, src)
 	close(release)
 	r, err := eventstore.Open(dst, fast)
 	require.NoError(t, err)
@@ -323,7 +341,7 @@ func TestJournalRecycledSegmentsEndInStaleBytes(t *testing.T) {
 			require.NoError(t, err)
 		}
 		want := allRecords(t, s)
-		dst := copyStore(t, src)
+		dst := copyLive(t, s, src)
 		require.NoError(t, s.Close())
 		for _, path := range []string{src, dst} {
 			r, err := eventstore.Open(path, fast)
@@ -500,10 +518,10 @@ func TestJournalHeldSync(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// bbolt's newest meta page damaged: the journal still holds that commit's
-// records (segments are recycled one commit late), so they are recovered,
-// loudly.
-func TestJournalRecoversDamagedNewestMeta(t *testing.T) {
+// twoAppliedCommits writes 3 + 3 records, each three brought into bbolt by
+// its own commit, closes the store and returns its path and records.
+func twoAppliedCommits(t *testing.T) (string, []eventstore.Record) {
+	t.Helper()
 	ctx := context.Background()
 	path := tempPath(t)
 	s, err := eventstore.Open(path, fast)
@@ -514,7 +532,15 @@ func TestJournalRecoversDamagedNewestMeta(t *testing.T) {
 	require.NoError(t, s.Flush(ctx))
 	want := allRecords(t, s)
 	require.NoError(t, s.Close())
+	return path, want
+}
 
+// bbolt's newest meta page damaged: the journal still holds that commit's
+// records (segments are recycled one commit late), so they are recovered,
+// loudly.
+func TestJournalRecoversDamagedNewestMeta(t *testing.T) {
+	ctx := context.Background()
+	path, want := twoAppliedCommits(t)
 	require.NoError(t, eventstore.DamageNewestMeta(path))
 	r, err := eventstore.Open(path, fast)
 	require.NoError(t, err)
@@ -528,22 +554,13 @@ func TestJournalRecoversDamagedNewestMeta(t *testing.T) {
 // ... and when the journal shows bbolt once covered more than it now has
 // and no longer holds the records, Open refuses and says so.
 func TestJournalRefusesLostBboltCommit(t *testing.T) {
-	ctx := context.Background()
-	path := tempPath(t)
-	s, err := eventstore.Open(path, fast)
-	require.NoError(t, err)
-	appendN(t, s, "a", 0, 3)
-	require.NoError(t, s.Flush(ctx))
-	appendN(t, s, "a", 3, 3)
-	require.NoError(t, s.Flush(ctx))
-	require.NoError(t, s.Close())
-
+	path, _ := twoAppliedCommits(t)
 	require.NoError(t, eventstore.DamageNewestMeta(path))
 	// Recycle every segment: headers say bbolt covered 6; no frames remain.
 	for i, seg := range segments(t, path) {
 		require.NoError(t, eventstore.ResetSegment(seg, uint64(100+i), 6))
 	}
-	_, err = eventstore.Open(path, fast)
+	_, err := eventstore.Open(path, fast)
 	require.ErrorIs(t, err, eventstore.ErrCorrupt)
 	require.Contains(t, err.Error(), "bbolt's newest commit was lost")
 }

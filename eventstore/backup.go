@@ -139,7 +139,7 @@ func applyToCopy(path string, o resolvedOptions, tail []jrec, through uint64) (e
 		return err
 	}
 	var a applier
-	err = db.Update(func(tx *bolt.Tx) error { return a.apply(tx, tail, nil, through, nil) })
+	err = a.write(db.Update, tail, nil, through, nil)
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}

@@ -75,7 +75,7 @@ func putRequest(r *request) {
 type committer struct {
 	batch  []*request
 	states map[string]streamState
-	arena  []byte // values handed to bbolt, valid until the commit ends
+	arena         // values handed to bbolt, valid until the commit ends
 	key    []byte // scratch key: bbolt copies keys, not values
 	k8     [8]byte
 
@@ -100,14 +100,42 @@ func (c *committer) init() {
 	c.states = make(map[string]streamState)
 }
 
-// alloc returns n bytes that stay untouched until the commit ends.
-func (c *committer) alloc(n int) []byte {
-	if len(c.arena)+n > cap(c.arena) {
-		c.arena = make([]byte, 0, max(64<<10, n))
+// arena hands out the values given to bbolt in one write transaction:
+// bbolt keeps references to values (not keys) until the commit ends.
+type arena struct{ buf []byte }
+
+// alloc returns n bytes that stay untouched until reset.
+func (a *arena) alloc(n int) []byte {
+	if len(a.buf)+n > cap(a.buf) {
+		a.buf = make([]byte, 0, max(64<<10, n))
 	}
-	l := len(c.arena)
-	c.arena = c.arena[:l+n]
-	return c.arena[l : l+n : l+n]
+	l := len(a.buf)
+	a.buf = a.buf[:l+n]
+	return a.buf[l : l+n : l+n]
+}
+
+// reset makes the space reusable once the transaction has ended.
+func (a *arena) reset() { a.buf = a.buf[:0] }
+
+// putRecord stores one record in its stream's bucket and its entry in the
+// global index.
+func putRecord(bk *buckets, b *bolt.Bucket, ar *arena, k8 *[8]byte, stream string, version int64, seq uint64, raw []byte) error {
+	if err := b.Put(u64key(k8, uint64(version)), raw); err != nil {
+		return err
+	}
+	return bk.seq.Put(u64key(k8, seq), appendIndexValue(ar.alloc(8 + len(stream))[:0], version, stream))
+}
+
+// putHead stores a stream's head metadata.
+func putHead(bk *buckets, ar *arena, key []byte, version int64, head *Hash) error {
+	return bk.heads.Put(key, appendHead(ar.alloc(headLen)[:0], version, head))
+}
+
+// putLastSeq stores the highest global sequence in the file.
+func putLastSeq(bk *buckets, ar *arena, seq uint64) error {
+	v := ar.alloc(8)
+	binary.BigEndian.PutUint64(v, seq)
+	return bk.meta.Put(keyLastSeq, v)
 }
 
 func (c *committer) streamKey(stream string) []byte {
@@ -174,7 +202,7 @@ func (s *BoltStore) commit(batch []*request) {
 	}
 	err := s.update(func(tx *bolt.Tx) error { return s.cm.apply(tx, batch, s.commitHook.Load()) })
 	clear(s.cm.states)
-	s.cm.arena = s.cm.arena[:0]
+	s.cm.arena.reset()
 	if err != nil {
 		s.failCommit(batch, fmt.Errorf("eventstore: commit of %d requests to %s failed: %w", len(batch), s.path, err))
 	}
@@ -266,11 +294,7 @@ func (c *committer) apply(tx *bolt.Tx, batch []*request, hook *func() error) err
 			lastSeq++
 			patchRecord(rec, lastSeq, st.version, &st.head)
 			st.head = sha256.Sum256(rec)
-			if err := st.bucket.Put(u64key(&c.k8, uint64(st.version)), rec); err != nil {
-				return err
-			}
-			iv := appendIndexValue(c.alloc(8 + len(r.stream))[:0], st.version, r.stream)
-			if err := bk.seq.Put(u64key(&c.k8, lastSeq), iv); err != nil {
+			if err := putRecord(bk, st.bucket, &c.arena, &c.k8, r.stream, st.version, lastSeq, rec); err != nil {
 				return err
 			}
 		}
@@ -284,15 +308,12 @@ func (c *committer) apply(tx *bolt.Tx, batch []*request, hook *func() error) err
 		if !st.dirty {
 			continue
 		}
-		hv := appendHead(c.alloc(headLen)[:0], st.version, &st.head)
-		if err := bk.heads.Put(c.streamKey(stream), hv); err != nil {
+		if err := putHead(bk, &c.arena, c.streamKey(stream), st.version, &st.head); err != nil {
 			return err
 		}
 	}
 	if lastSeq != startSeq {
-		v := c.alloc(8)
-		binary.BigEndian.PutUint64(v, lastSeq)
-		if err := bk.meta.Put(keyLastSeq, v); err != nil {
+		if err := putLastSeq(bk, &c.arena, lastSeq); err != nil {
 			return err
 		}
 	}

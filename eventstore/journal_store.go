@@ -41,11 +41,11 @@ type applier struct {
 	// owned by the applier goroutine
 	applied     uint64 // bbolt covers every sequence up to applied
 	prevApplied uint64 // ... as of the commit before the latest
-	arena       []byte
-	buckets     map[string]*bolt.Bucket
-	heads       map[string]*jrec
-	key         []byte
-	k8          [8]byte
+	arena
+	buckets map[string]*bolt.Bucket
+	heads   map[string]*jrec
+	key     []byte
+	k8      [8]byte
 }
 
 func (a *applier) signal() {
@@ -53,15 +53,6 @@ func (a *applier) signal() {
 	case a.kick <- struct{}{}:
 	default:
 	}
-}
-
-func (a *applier) alloc(n int) []byte {
-	if len(a.arena)+n > cap(a.arena) {
-		a.arena = make([]byte, 0, max(64<<10, n))
-	}
-	l := len(a.arena)
-	a.arena = a.arena[:l+n]
-	return a.arena[l : l+n : l+n]
 }
 
 // frameBytes is what an append adds to a journal frame.
@@ -85,8 +76,7 @@ func (s *BoltStore) commitJournal(batch []*request) {
 			c.rtx, c.rbk = nil, nil
 		}
 	}()
-	_, lastSeq := s.over.view()
-	lastSeq = max(lastSeq, s.jseq)
+	lastSeq := s.jseq // the committer alone writes the journal: no overlay read needed
 	startSeq := lastSeq
 	capHint := 2*frameHeaderSize + frameAlign // header, padding, zero trailer
 	for _, r := range batch {
@@ -335,10 +325,7 @@ func (s *BoltStore) applyPending(drain bool) {
 		}
 		a.waiting = rest
 		a.mu.Unlock()
-		err := s.update(func(tx *bolt.Tx) error { return a.apply(tx, recs, snaps, through, s.applyHook.Load()) })
-		a.arena = a.arena[:0]
-		clear(a.buckets)
-		clear(a.heads)
+		err := a.write(s.update, recs, snaps, through, s.applyHook.Load())
 		if err != nil {
 			cause := fmt.Errorf("eventstore: applying %d journaled records to %s failed: %w", len(recs), s.path, err)
 			s.failed.CompareAndSwap(nil, &cause)
@@ -377,6 +364,17 @@ func (s *BoltStore) failWaiters() {
 	}
 }
 
+// write runs apply in one transaction of update and readies the applier
+// for the next (the arena's values and the buckets belong to that
+// transaction).
+func (a *applier) write(update func(func(*bolt.Tx) error) error, recs []jrec, snaps []*request, through uint64, hook *func() error) error {
+	err := update(func(tx *bolt.Tx) error { return a.apply(tx, recs, snaps, through, hook) })
+	a.arena.reset()
+	clear(a.buckets)
+	clear(a.heads)
+	return err
+}
+
 // apply writes records (in sequence order, each continuing its stream) and
 // snapshots in one bbolt transaction and records through as bbolt's last
 // sequence.
@@ -403,19 +401,14 @@ func (a *applier) apply(tx *bolt.Tx, recs []jrec, snaps []*request, through uint
 			b.FillPercent = 1.0
 			a.buckets[r.stream] = b
 		}
-		if err := b.Put(u64key(&a.k8, uint64(r.version)), r.raw); err != nil {
-			return err
-		}
-		iv := appendIndexValue(a.alloc(8 + len(r.stream))[:0], r.version, r.stream)
-		if err := bk.seq.Put(u64key(&a.k8, r.seq), iv); err != nil {
+		if err := putRecord(bk, b, &a.arena, &a.k8, r.stream, r.version, r.seq, r.raw); err != nil {
 			return err
 		}
 		a.heads[r.stream] = r
 	}
 	for stream, r := range a.heads {
-		hv := appendHead(a.alloc(headLen)[:0], r.version, &r.hash)
 		a.key = append(a.key[:0], stream...)
-		if err := bk.heads.Put(a.key, hv); err != nil {
+		if err := putHead(bk, &a.arena, a.key, r.version, &r.hash); err != nil {
 			return err
 		}
 	}
@@ -428,9 +421,7 @@ func (a *applier) apply(tx *bolt.Tx, recs []jrec, snaps []*request, through uint
 			return err
 		}
 	}
-	v := a.alloc(8)
-	binary.BigEndian.PutUint64(v, through)
-	if err := bk.meta.Put(keyLastSeq, v); err != nil {
+	if err := putLastSeq(bk, &a.arena, through); err != nil {
 		return err
 	}
 	if hook != nil {
@@ -740,11 +731,7 @@ func (s *BoltStore) replay(segs []*segment, bboltLast uint64, metaWarn string) (
 			return nil
 		}
 		through := pending[len(pending)-1].seq
-		err := s.update(func(tx *bolt.Tx) error { return s.ap.apply(tx, pending, nil, through, nil) })
-		s.ap.arena = s.ap.arena[:0]
-		clear(s.ap.buckets)
-		clear(s.ap.heads)
-		if err != nil {
+		if err := s.ap.write(s.update, pending, nil, through, nil); err != nil {
 			return fmt.Errorf("eventstore: replaying the journal into %s: %w", s.path, err)
 		}
 		pending, pendingBytes = pending[:0], 0
@@ -855,7 +842,8 @@ func (s *BoltStore) replay(segs []*segment, bboltLast uint64, metaWarn string) (
 		if err != nil {
 			return err
 		}
-		return bk.meta.Put(keyLastSeq, binary.BigEndian.AppendUint64(nil, inBbolt))
+		var ar arena // one value, kept until the commit ends
+		return putLastSeq(bk, &ar, inBbolt)
 	}); err != nil {
 		return info, fmt.Errorf("eventstore: replaying the journal into %s: %w", s.path, err)
 	}

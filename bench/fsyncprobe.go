@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/stateindex/stateindex/eventstore"
 )
 
 // FsyncProbe is the disk's own floor for one durable 1 KiB write, measured
@@ -46,7 +48,7 @@ func ProbeFsync(dir string, ops int) (FsyncProbe, error) {
 			if _, err := over.WriteAt(block, off); err != nil {
 				return err
 			}
-			return fdatasync(over)
+			return eventstore.Fdatasync(over)
 		}); err != nil {
 			return p, fmt.Errorf("bench: overwrite probe: %w", err)
 		}
@@ -66,7 +68,7 @@ func ProbeFsync(dir string, ops int) (FsyncProbe, error) {
 			if _, err := app.Write(block); err != nil {
 				return err
 			}
-			return fdatasync(app)
+			return eventstore.Fdatasync(app)
 		}); err != nil {
 			return p, fmt.Errorf("bench: append probe: %w", err)
 		}

@@ -4,5 +4,5 @@ package eventstore
 
 import "os"
 
-// fdatasync falls back to a full fsync where fdatasync is not available.
-func fdatasync(f *os.File) error { return f.Sync() }
+// Fdatasync falls back to a full fsync where fdatasync is not available.
+func Fdatasync(f *os.File) error { return f.Sync() }

@@ -331,7 +331,7 @@ func (j *journal) write(frame []byte, lastSeq uint64) error {
 		return err
 	}
 	if !j.noSync {
-		if err := fdatasync(j.active.f); err != nil {
+		if err := Fdatasync(j.active.f); err != nil {
 			return err
 		}
 	}
@@ -505,7 +505,7 @@ func (j *journal) prepare(seg *segment, gen, covered uint64, created bool) error
 			if err := syncDir(j.dir); err != nil {
 				return err
 			}
-		} else if err := fdatasync(seg.f); err != nil {
+		} else if err := Fdatasync(seg.f); err != nil {
 			return err
 		}
 	}

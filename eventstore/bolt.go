@@ -208,14 +208,24 @@ func initFile(db *bolt.DB, path string) error {
 		if f := binary.BigEndian.Uint32(v); f != FormatVersion {
 			return fmt.Errorf("%w: %s has format version %d; this build reads version %d", ErrUnsupportedFormat, path, f, FormatVersion)
 		}
-		_, err := openBuckets(tx)
-		return err
+		return nil
 	})
-	if err != nil || !fresh {
+	if err != nil {
 		return err
 	}
+	if !fresh {
+		// Files of earlier builds have no index (or one that misses what
+		// an earlier build appended since): index those records now.
+		if err := catchUpIndex(db, 50_000); err != nil {
+			return err
+		}
+		return safeView(db, func(tx *bolt.Tx) error {
+			_, err := openBuckets(tx)
+			return err
+		})
+	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketStreams, bucketHeads, bucketSeq, bucketSnapshots} {
+		for _, name := range [][]byte{bucketMeta, bucketStreams, bucketHeads, bucketSeq, bucketSnapshots, bucketIndex} {
 			if _, err := tx.CreateBucket(name); err != nil {
 				return err
 			}
@@ -230,7 +240,7 @@ func initFile(db *bolt.DB, path string) error {
 
 // buckets are the top-level buckets within one transaction.
 type buckets struct {
-	meta, streams, heads, seq, snaps *bolt.Bucket
+	meta, streams, heads, seq, snaps, index *bolt.Bucket
 }
 
 func openBuckets(tx *bolt.Tx) (*buckets, error) {
@@ -240,8 +250,9 @@ func openBuckets(tx *bolt.Tx) (*buckets, error) {
 		heads:   tx.Bucket(bucketHeads),
 		seq:     tx.Bucket(bucketSeq),
 		snaps:   tx.Bucket(bucketSnapshots),
+		index:   tx.Bucket(bucketIndex),
 	}
-	if b.meta == nil || b.streams == nil || b.heads == nil || b.seq == nil || b.snaps == nil {
+	if b.meta == nil || b.streams == nil || b.heads == nil || b.seq == nil || b.snaps == nil || b.index == nil {
 		return nil, corrupt("", 0, "a top-level bucket is missing")
 	}
 	return b, nil

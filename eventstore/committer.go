@@ -78,6 +78,7 @@ type committer struct {
 	arena         // values handed to bbolt, valid until the commit ends
 	key    []byte // scratch key: bbolt copies keys, not values
 	k8     [8]byte
+	idx    indexer
 
 	// journal path
 	rtx     *bolt.Tx // read transaction for heads bbolt holds, per batch
@@ -119,11 +120,14 @@ func (a *arena) reset() { a.buf = a.buf[:0] }
 
 // putRecord stores one record in its stream's bucket and its entry in the
 // global index.
-func putRecord(bk *buckets, b *bolt.Bucket, ar *arena, k8 *[8]byte, stream string, version int64, seq uint64, raw []byte) error {
+func putRecord(bk *buckets, b *bolt.Bucket, ar *arena, x *indexer, k8 *[8]byte, stream string, version int64, seq uint64, raw []byte) error {
 	if err := b.Put(u64key(k8, uint64(version)), raw); err != nil {
 		return err
 	}
-	return bk.seq.Put(u64key(k8, seq), appendIndexValue(ar.alloc(8 + len(stream))[:0], version, stream))
+	if err := bk.seq.Put(u64key(k8, seq), appendIndexValue(ar.alloc(8 + len(stream))[:0], version, stream)); err != nil {
+		return err
+	}
+	return x.put(bk, ar, stream, version, raw)
 }
 
 // putHead stores a stream's head metadata.
@@ -132,10 +136,14 @@ func putHead(bk *buckets, ar *arena, key []byte, version int64, head *Hash) erro
 }
 
 // putLastSeq stores the highest global sequence in the file.
+// The per-stream index is written with the records, so it covers the same.
 func putLastSeq(bk *buckets, ar *arena, seq uint64) error {
 	v := ar.alloc(8)
 	binary.BigEndian.PutUint64(v, seq)
-	return bk.meta.Put(keyLastSeq, v)
+	if err := bk.meta.Put(keyLastSeq, v); err != nil {
+		return err
+	}
+	return bk.meta.Put(keyIndexSeq, v)
 }
 
 func (c *committer) streamKey(stream string) []byte {
@@ -253,6 +261,7 @@ func (c *committer) apply(tx *bolt.Tx, batch []*request, hook *func() error) err
 		return err
 	}
 	bk.seq.FillPercent = 1.0 // keys only ever grow: pack pages full
+	c.idx.reset()
 	lastSeq, err := readLastSeq(bk.meta)
 	if err != nil {
 		return err
@@ -294,7 +303,7 @@ func (c *committer) apply(tx *bolt.Tx, batch []*request, hook *func() error) err
 			lastSeq++
 			patchRecord(rec, lastSeq, st.version, &st.head)
 			st.head = sha256.Sum256(rec)
-			if err := putRecord(bk, st.bucket, &c.arena, &c.k8, r.stream, st.version, lastSeq, rec); err != nil {
+			if err := putRecord(bk, st.bucket, &c.arena, &c.idx, &c.k8, r.stream, st.version, lastSeq, rec); err != nil {
 				return err
 			}
 		}

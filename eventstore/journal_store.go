@@ -44,6 +44,7 @@ type applier struct {
 	arena
 	buckets map[string]*bolt.Bucket
 	heads   map[string]*jrec
+	idx     indexer
 	key     []byte
 	k8      [8]byte
 }
@@ -384,6 +385,7 @@ func (a *applier) apply(tx *bolt.Tx, recs []jrec, snaps []*request, through uint
 		return err
 	}
 	bk.seq.FillPercent = 1.0
+	a.idx.reset()
 	if a.buckets == nil {
 		a.buckets = make(map[string]*bolt.Bucket)
 		a.heads = make(map[string]*jrec)
@@ -401,7 +403,7 @@ func (a *applier) apply(tx *bolt.Tx, recs []jrec, snaps []*request, through uint
 			b.FillPercent = 1.0
 			a.buckets[r.stream] = b
 		}
-		if err := putRecord(bk, b, &a.arena, &a.k8, r.stream, r.version, r.seq, r.raw); err != nil {
+		if err := putRecord(bk, b, &a.arena, &a.idx, &a.k8, r.stream, r.version, r.seq, r.raw); err != nil {
 			return err
 		}
 		a.heads[r.stream] = r

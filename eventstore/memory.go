@@ -29,6 +29,7 @@ type MemoryStore struct {
 type memStream struct {
 	recs [][]byte // recs[version-1], as encoded on disk
 	head Hash
+	idx  overlayIndex // the stream's index (one entry: this stream)
 }
 
 type memIndexEntry struct {
@@ -104,10 +105,34 @@ func (m *MemoryStore) Append(ctx context.Context, stream string, expected int64,
 		head = sha256.Sum256(rec)
 		ms.recs = append(ms.recs, rec)
 		m.index = append(m.index, memIndexEntry{stream: stream, version: version})
+		if ms.idx == nil {
+			ms.idx = make(overlayIndex, 1)
+		}
+		ms.idx.add(&jrec{stream: stream, version: version, raw: rec})
 	}
 	ms.head = head
 	res.LastVersion, res.LastSeq, res.Head = version, seq, head
 	return res, nil
+}
+
+// Lookup implements Store.
+func (m *MemoryStore) Lookup(ctx context.Context, stream, key string) (Span, bool, error) {
+	if err := checkStream(stream); err != nil {
+		return Span{}, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Span{}, false, err
+	}
+	if err := m.rlock(); err != nil {
+		return Span{}, false, err
+	}
+	defer m.mu.RUnlock()
+	ms := m.streams[stream]
+	if ms == nil {
+		return Span{}, false, nil
+	}
+	sp, ok := ms.idx[stream][key]
+	return sp, ok, nil
 }
 
 // memSource is a stream's records while the read lock is held.

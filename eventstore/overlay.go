@@ -29,11 +29,14 @@ type overlay struct {
 	mu      sync.RWMutex
 	all     []jrec // by sequence
 	streams map[string][]jrec
+	idx     overlayIndex
 	last    uint64 // highest sequence published
 	bytes   int64
 }
 
-func newOverlay() *overlay { return &overlay{streams: make(map[string][]jrec)} }
+func newOverlay() *overlay {
+	return &overlay{streams: make(map[string][]jrec), idx: make(overlayIndex)}
+}
 
 // publish adds a committed batch (in sequence order).
 func (o *overlay) publish(recs []jrec) {
@@ -44,6 +47,7 @@ func (o *overlay) publish(recs []jrec) {
 	o.all = append(o.all, recs...)
 	for i := range recs {
 		o.streams[recs[i].stream] = append(o.streams[recs[i].stream], recs[i])
+		o.idx.add(&recs[i])
 		o.bytes += int64(len(recs[i].raw))
 	}
 	o.last = recs[len(recs)-1].seq
@@ -58,17 +62,21 @@ func (o *overlay) removeThrough(seq uint64) {
 	if k == 0 {
 		return
 	}
+	touched := map[string]bool{}
 	for i := 0; i < k; i++ {
 		r := &o.all[i]
 		o.bytes -= int64(len(r.raw))
-		recs := o.streams[r.stream]
-		if len(recs) > 0 && recs[0].seq <= seq {
-			n := sort.Search(len(recs), func(i int) bool { return recs[i].seq > seq })
-			if n == len(recs) {
-				delete(o.streams, r.stream)
-			} else {
-				o.streams[r.stream] = recs[n:]
-			}
+		touched[r.stream] = true
+	}
+	for stream := range touched {
+		recs := o.streams[stream]
+		n := sort.Search(len(recs), func(i int) bool { return recs[i].seq > seq })
+		if n == len(recs) {
+			delete(o.streams, stream)
+			delete(o.idx, stream)
+		} else {
+			o.streams[stream] = recs[n:]
+			o.idx.rebuild(stream, recs[n:])
 		}
 	}
 	if k == len(o.all) {
@@ -84,6 +92,14 @@ func (o *overlay) stream(name string) []jrec {
 	recs := o.streams[name]
 	o.mu.RUnlock()
 	return recs
+}
+
+// lookup returns the span of key among a stream's overlay records.
+func (o *overlay) lookup(stream, key string) (Span, bool) {
+	o.mu.RLock()
+	sp, ok := o.idx[stream][key]
+	o.mu.RUnlock()
+	return sp, ok
 }
 
 // view returns the records by sequence and the last published sequence.

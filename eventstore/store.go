@@ -94,6 +94,12 @@ type Store interface {
 	SaveSnapshot(ctx context.Context, stream string, snap Snapshot) error
 	// LoadSnapshot returns the stream's latest snapshot; ok is false if none.
 	LoadSnapshot(ctx context.Context, stream string) (snap Snapshot, ok bool, err error)
+	// Lookup returns the span of the stream's records that name key in
+	// their metadata: FrameKey(id) for the records about a frame (its
+	// frame.pushed record first), RequestKey(id) for those a request wrote.
+	// ok is false when no record names it. The index is written with the
+	// records, so an acknowledged append is found at once.
+	Lookup(ctx context.Context, stream, key string) (span Span, ok bool, err error)
 	// VerifyStream walks a stream's hash chain and checks it against the
 	// stream's metadata; a problem is a *CorruptionError.
 	VerifyStream(ctx context.Context, stream string) error

@@ -112,6 +112,18 @@ func (s *BoltStore) Verify(ctx context.Context, report func(stream string, err e
 				streamProblems = true
 			}
 			records += uint64(cr.next - 1)
+			if err := recovered(name, func() error { return verifyIndex(bk, name) }); err != nil {
+				add(name, err)
+				streamProblems = true
+			}
+		}
+		if err := bk.index.ForEach(func(k, _ []byte) error {
+			if _, ok := names[string(k)]; !ok {
+				add(string(k), corrupt(string(k), 0, "the index holds entries of a stream the file does not have"))
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
 
 		// The global index: keys 1..lastSeq without gaps.
@@ -199,4 +211,46 @@ func recovered(stream string, fn func() error) (err error) {
 		}
 	}()
 	return fn()
+}
+
+// verifyIndex recomputes a stream's index from its records and compares it
+// with the stored one, entry by entry.
+func verifyIndex(bk *buckets, name string) error {
+	want := overlayIndex{}
+	if sb := bk.streams.Bucket([]byte(name)); sb != nil {
+		c := sb.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) == 8 && v != nil {
+				want.add(&jrec{stream: name, version: int64(binary.BigEndian.Uint64(k)), raw: v})
+			}
+		}
+	}
+	w := want[name]
+	seen := 0
+	if ib := bk.index.Bucket([]byte(name)); ib != nil {
+		c := ib.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			got, err := decodeSpan(name, v)
+			if err != nil {
+				return corrupt(name, 0, "index entry "+quoteBytes(k)+" is undecodable")
+			}
+			exp, ok := w[string(k)]
+			switch {
+			case !ok:
+				return corrupt(name, got.First, "the index names "+quoteBytes(k)+", which no record names")
+			case exp != got:
+				return corrupt(name, got.First, fmt.Sprintf("index entry %s says versions %d..%d, the records say %d..%d",
+					quoteBytes(k), got.First, got.Last, exp.First, exp.Last))
+			}
+			seen++
+		}
+	}
+	if seen != len(w) {
+		for k, sp := range w {
+			if ib := bk.index.Bucket([]byte(name)); ib == nil || ib.Get([]byte(k)) == nil {
+				return corrupt(name, sp.First, "the index is missing "+quoteString(k))
+			}
+		}
+	}
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
 )
 
 // Opener returns a new, empty store with default limits. The suite closes it.
@@ -57,6 +58,7 @@ func Run(t *testing.T, open Opener) {
 		{"RaceOneStreamRetry", testRaceOneStreamRetry},
 		{"ConcurrentStreams", testConcurrentStreams},
 		{"Closed", testClosed},
+		{"Index", testIndex},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
@@ -764,4 +766,54 @@ func testClosed(t *testing.T, open Opener) {
 			require.ErrorIs(t, call(), eventstore.ErrClosed)
 		})
 	}
+}
+
+// frameEvent encodes a domain event about frame for request.
+func frameEvent(t *testing.T, scope, frame, request string) eventstore.Event {
+	t.Helper()
+	e, err := eventstore.EncodeFrameEvent(&frames.ResultAdded{Meta: frames.Meta{Scope: scope, Frame: frame, At: 1, RequestID: request,
+		RequestHash: []byte{1, 2}}, Result: frames.ResultRef{ID: "x"}})
+	require.NoError(t, err)
+	return e
+}
+
+// testIndex: every record of the frames codec is indexed by the frame and
+// the request it names, at once and per stream; other payloads name none.
+func testIndex(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := newStore(t, open)
+	lookup := func(stream, key string) (eventstore.Span, bool) {
+		t.Helper()
+		sp, ok, err := s.Lookup(ctx, stream, key)
+		require.NoError(t, err)
+		return sp, ok
+	}
+	mustAppend(t, s, "a", eventstore.NoStream, frameEvent(t, "a", "f1", "r1"), frameEvent(t, "a", "f2", "r1"))
+	mustAppend(t, s, "a", 2, ev("opaque", "not msgpack"), frameEvent(t, "a", "f1", ""))
+	mustAppend(t, s, "b", eventstore.NoStream, frameEvent(t, "b", "f1", "r9"))
+	mustAppend(t, s, "a", 4, frameEvent(t, "a", "", "r2"))
+
+	for _, c := range []struct {
+		stream, key string
+		want        eventstore.Span
+		ok          bool
+	}{
+		{"a", eventstore.FrameKey("f1"), eventstore.Span{First: 1, Last: 4}, true},
+		{"a", eventstore.FrameKey("f2"), eventstore.Span{First: 2, Last: 2}, true},
+		{"a", eventstore.RequestKey("r1"), eventstore.Span{First: 1, Last: 2}, true},
+		{"a", eventstore.RequestKey("r2"), eventstore.Span{First: 5, Last: 5}, true},
+		{"a", eventstore.RequestKey("r9"), eventstore.Span{}, false}, // another stream's
+		{"b", eventstore.FrameKey("f1"), eventstore.Span{First: 1, Last: 1}, true},
+		{"b", eventstore.FrameKey("f2"), eventstore.Span{}, false},
+		{"c", eventstore.FrameKey("f1"), eventstore.Span{}, false}, // no such stream
+		{"a", eventstore.FrameKey(""), eventstore.Span{}, false},
+	} {
+		sp, ok := lookup(c.stream, c.key)
+		assert.Equal(t, c.ok, ok, "%s %q", c.stream, c.key)
+		assert.Equal(t, c.want, sp, "%s %q", c.stream, c.key)
+	}
+	_, _, err := s.Lookup(ctx, "", eventstore.FrameKey("f1"))
+	assert.ErrorIs(t, err, eventstore.ErrEmptyStream)
+	_, _, err = s.Lookup(ctx, strings.Repeat("s", eventstore.MaxStreamBytes+1), eventstore.FrameKey("f1"))
+	assert.ErrorIs(t, err, eventstore.ErrInvalidStream)
 }

@@ -68,6 +68,7 @@ var knownBuckets = map[string]bool{
 	"snapshots":   false,
 	"checkpoints": false,
 	"identity":    false,
+	"index":       true,
 }
 
 // Range is a span of bytes in the data file.
@@ -332,7 +333,7 @@ func bucketKind(path []string) (holdsBuckets, known bool) {
 		hb, ok := knownBuckets[path[0]]
 		return hb, ok
 	case 2:
-		return false, path[0] == "streams"
+		return false, path[0] == "streams" || path[0] == "index"
 	}
 	return false, false
 }

@@ -43,9 +43,11 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/messages"
 )
@@ -67,8 +69,9 @@ type opEntry struct {
 	// it stands (ResumeActor). info is how the scope was loaded; start is
 	// when handling began.
 	state func(h *handler, st *frames.State, info LoadInfo, start time.Time) (messages.Reply, error)
-	// read answers a read from the scope's state.
-	read func(h *handler, st *frames.State, req messages.Request) messages.Reply
+	// read answers a read from the scope's state, or with a job that
+	// reads the log (a frame that finished).
+	read func(h *handler, st *frames.State, req messages.Request) outcome
 }
 
 // entryFor returns req's entry, or nil for a request no entry handles.
@@ -117,10 +120,16 @@ func mutation[R messages.Request](
 
 // read makes the entry of a read, typed by its request R.
 func read[R messages.Request](read func(h *handler, st *frames.State, r R) messages.Reply) opEntry {
-	return opEntry{read: func(h *handler, st *frames.State, req messages.Request) messages.Reply {
+	return readOrJob(func(h *handler, st *frames.State, r R) outcome { return replied(read(h, st, r)) })
+}
+
+// readOrJob makes the entry of a read that may need the log, typed by its
+// request R.
+func readOrJob[R messages.Request](read func(h *handler, st *frames.State, r R) outcome) opEntry {
+	return opEntry{read: func(h *handler, st *frames.State, req messages.Request) outcome {
 		r, ok := req.(R)
 		if !ok {
-			return failure(req, errUnknown(req))
+			return replied(failure(req, errUnknown(req)))
 		}
 		return read(h, st, r)
 	}}
@@ -353,29 +362,89 @@ func init() {
 			state: (*handler).resumeState,
 		},
 
-		messages.OpGetFrame: read(func(h *handler, st *frames.State, r *messages.GetFrame) messages.Reply {
+		// A finished frame is read from the log, off the shard.
+		messages.OpGetFrame: readOrJob(func(h *handler, st *frames.State, r *messages.GetFrame) outcome {
+			answer := func(f *frames.Frame) messages.Reply {
+				c := f.Clone()
+				if !r.WithHandles {
+					c.Handles = nil
+				}
+				return &messages.GetFrameReply{Result: messages.Result{Version: st.Version}, Frame: c}
+			}
 			f, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
-			if err != nil {
-				return failure(r, toWire(err))
+			var fin *frames.FinishedError
+			switch {
+			case errors.As(err, &fin):
+				return h.finishedJob(r, st, fin.ID, false, func(fs []*frames.Frame) messages.Reply { return answer(fs[0]) })
+			case err != nil:
+				return replied(failure(r, toWire(err)))
 			}
-			c := f.Clone()
-			if !r.WithHandles {
-				c.Handles = nil
-			}
-			return &messages.GetFrameReply{Result: messages.Result{Version: st.Version}, Frame: c}
+			return replied(answer(f))
 		}),
 
-		messages.OpGetStack: read(func(h *handler, st *frames.State, r *messages.GetStack) messages.Reply {
-			f, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
-			if err != nil {
-				return failure(r, toWire(err))
+		messages.OpGetStack: readOrJob(func(h *handler, st *frames.State, r *messages.GetStack) outcome {
+			answer := func(fs []*frames.Frame) messages.Reply {
+				return &messages.GetStackReply{Result: messages.Result{Version: st.Version}, Frames: summaries(st, fs)}
 			}
-			return &messages.GetStackReply{Result: messages.Result{Version: st.Version}, Frames: summaries(st.Ancestry(f.ID))}
+			f, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
+			var fin *frames.FinishedError
+			switch {
+			case errors.As(err, &fin):
+				return h.finishedJob(r, st, fin.ID, true, answer)
+			case err != nil:
+				return replied(failure(r, toWire(err)))
+			}
+			return replied(answer(st.Ancestry(f.ID)))
 		}),
 	}
 }
 
 // The translations the entries share.
+
+// finishedJob reads a finished frame from the log off the shard
+// (eventstore.LoadFinishedFrame) and answers with reply; with ancestors,
+// reply gets its path from the root: the ancestors that finished too read
+// the same way, the live ones from the state (the scope waits for the job,
+// so nothing finishes meanwhile).
+func (h *handler) finishedJob(req messages.Request, st *frames.State, id string, ancestors bool, reply func([]*frames.Frame) messages.Reply) outcome {
+	type read struct {
+		fs  []*frames.Frame // the finished part of the path, root first
+		err error
+	}
+	scope := req.ScopeName()
+	return outcome{job: &job{scope: scope,
+		run: func() any {
+			ctx := context.Background()
+			hist := eventstore.History(h.store, scope)
+			var fs []*frames.Frame
+			for next := id; next != ""; {
+				if len(fs) > 0 {
+					if _, finished, err := hist.FinishedFrame(next); err != nil || !finished {
+						return read{fs: fs, err: err}
+					}
+				}
+				f, err := eventstore.LoadFinishedFrame(ctx, h.store, scope, next)
+				if err != nil {
+					return read{err: err}
+				}
+				fs = append([]*frames.Frame{f}, fs...)
+				if next = ""; ancestors {
+					next = f.ParentID
+				}
+			}
+			return read{fs: fs}
+		},
+		finish: func(v any) outcome {
+			r := v.(read)
+			if r.err != nil {
+				return replied(failure(req, toWire(r.err)))
+			}
+			if p := r.fs[0].ParentID; ancestors && p != "" {
+				r.fs = append(st.Ancestry(p), r.fs...)
+			}
+			return replied(reply(r.fs))
+		}}}
+}
 
 func (h *handler) mint(now int64, ttl int64) frames.Mint {
 	return frames.NewMint(h.cfg.NewID(), now, frames.TokenTTL(ttl, int64(h.cfg.TokenTTL), int64(h.cfg.MaxTokenTTL)))
@@ -407,11 +476,15 @@ func (h *handler) suspension(evs []frames.Event, version int64) *messages.Suspen
 	return t
 }
 
-func summary(f *frames.Frame) messages.FrameSummary {
+// summary describes f; its Children are its live children in st.
+func summary(st *frames.State, f *frames.Frame) messages.FrameSummary {
 	s := messages.FrameSummary{
 		ID: f.ID, ParentID: f.ParentID, Goal: f.Goal, Status: f.Status, Depth: f.Depth, Budget: f.Budget,
 		Limits: f.Limits, Cost: f.Cost, Handles: len(f.Handles), ContextTokens: f.ContextTokens, Results: len(f.Results),
-		Children: append([]string(nil), f.Children...), InDoubt: f.InDoubt(), CreatedAt: f.CreatedAt, CompletedAt: f.CompletedAt,
+		InDoubt: f.InDoubt(), CreatedAt: f.CreatedAt, CompletedAt: f.CompletedAt,
+	}
+	for _, c := range st.LiveChildren(f) {
+		s.Children = append(s.Children, c.ID)
 	}
 	if f.Suspension != nil {
 		sp := *f.Suspension
@@ -420,10 +493,10 @@ func summary(f *frames.Frame) messages.FrameSummary {
 	return s
 }
 
-func summaries(fs []*frames.Frame) []messages.FrameSummary {
+func summaries(st *frames.State, fs []*frames.Frame) []messages.FrameSummary {
 	out := make([]messages.FrameSummary, len(fs))
 	for i, f := range fs {
-		out[i] = summary(f)
+		out[i] = summary(st, f)
 	}
 	return out
 }
@@ -435,11 +508,11 @@ func (h *handler) resumeState(st *frames.State, info LoadInfo, start time.Time) 
 	if st.Version > 0 {
 		rec := frames.Recover(st)
 		if rec.Current != nil {
-			s := summary(rec.Current)
+			s := summary(st, rec.Current)
 			out.CurrentFrame = &s
-			out.FrameStack = summaries(rec.Stack)
+			out.FrameStack = summaries(st, rec.Stack)
 		}
-		out.LiveFrames = summaries(rec.Live)
+		out.LiveFrames = summaries(st, rec.Live)
 		out.PendingWork = rec.Pending
 		seq, err := h.store.LastSeq(context.Background())
 		if err != nil {

@@ -109,7 +109,7 @@ func (h *handler) handle(req messages.Request) (out outcome) {
 	info := e.info
 	e.info = LoadInfo{}
 	if d.read != nil {
-		return replied(d.read(h, e.st, req))
+		return d.read(h, e.st, req)
 	}
 	m, ok := req.(messages.MutatingRequest)
 	if !ok {
@@ -204,7 +204,7 @@ func (h *handler) trim() {
 // estimateState approximates a state's memory: what its strings and byte
 // slices hold plus a fixed cost per object.
 func estimateState(st *frames.State) int64 {
-	n := int64(512 + 64*len(st.Requests) + 64*len(st.Tokens))
+	n := int64(512 + 64*len(st.Tokens) + 128*len(st.Abandoned))
 	for _, f := range st.Frames {
 		n += 512 + int64(len(f.Goal)+len(f.Inputs))
 		for i := range f.Handles {

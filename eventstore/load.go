@@ -68,6 +68,7 @@ func LoadState(ctx context.Context, store Store, scope string, horizon, skew int
 	if err != nil {
 		return nil, info, err
 	}
+	st.SetHistory(History(store, scope))
 	info.Took = time.Since(start)
 	return st, info, nil
 }

@@ -56,50 +56,7 @@ func Apply(s *State, e Event) error {
 	}
 	s.Version = version
 	s.LastAt = m.At
-	s.remember(m, version)
 	return nil
-}
-
-// remember records the event's request: consecutive events of one request
-// extend its record. Records older than the horizon plus twice the clock
-// skew (by the event's server time) are dropped: by age, never by count, so
-// a busy scope forgets nothing younger than that (see ExpiredRequest for
-// why twice the skew).
-func (s *State) remember(m *Meta, version int64) {
-	if m.RequestID != "" {
-		if n := len(s.Requests); n > 0 {
-			last := &s.Requests[n-1]
-			if last.ID == m.RequestID && last.LastVersion == version-1 {
-				last.LastVersion = version
-				return
-			}
-		}
-		s.indexRequests()
-		s.Requests = append(s.Requests, RequestRecord{ID: m.RequestID, Hash: cloneBytes(m.RequestHash), FirstVersion: version, LastVersion: version, At: m.At})
-		s.requestIdx[m.RequestID] = s.reqBase + len(s.Requests) - 1
-	}
-	s.forget(m.At)
-}
-
-// forget drops the records that committed before now-(Horizon+2·Skew).
-func (s *State) forget(now int64) {
-	keep := s.Horizon + 2*s.Skew
-	if keep <= 0 || len(s.Requests) == 0 || s.Requests[0].At >= now-keep {
-		return
-	}
-	s.indexRequests()
-	k := 0
-	for k < len(s.Requests) && s.Requests[k].At < now-keep {
-		if s.requestIdx[s.Requests[k].ID] == s.reqBase+k {
-			delete(s.requestIdx, s.Requests[k].ID)
-		}
-		k++
-	}
-	s.reqBase += k
-	s.Requests = s.Requests[k:]
-	if cap(s.Requests) > 64 && cap(s.Requests) > 4*len(s.Requests) {
-		s.Requests = append([]RequestRecord(nil), s.Requests...)
-	}
 }
 
 func (s *State) frameFor(m *Meta) (*Frame, error) {
@@ -160,7 +117,10 @@ func applyPushed(s *State, e *FramePushed, version int64) error {
 			a.Cost.Spawns = n // every descendant counts against every ancestor
 		}
 		parent.LiveKids++
-		parent.Children = append(parent.Children, e.Frame)
+		parent.Kids++
+		if s.KeepFinished {
+			parent.Children = append(parent.Children, e.Frame)
+		}
 		parent.Status = StatusWaiting
 	}
 	s.Frames[e.Frame] = &Frame{
@@ -237,6 +197,11 @@ func applyPopped(s *State, e *FramePopped) error {
 			tc.Abandoned = true
 		}
 	}
+	if f.Suspension != nil {
+		// Its token can no longer resume anything: a resume finds the
+		// frame finished.
+		delete(s.Tokens, f.Suspension.TokenID)
+	}
 	f.Status = e.Status
 	f.CompletedAt = e.At
 	f.Suspension = nil
@@ -246,7 +211,40 @@ func applyPopped(s *State, e *FramePopped) error {
 	if parent != nil && parent.Status == StatusWaiting && parent.LiveKids == 0 {
 		parent.Status = StatusActive
 	}
+	if e.Final != nil {
+		if want := RecordOf(f); !want.Equal(e.Final) {
+			return inconsistent("pop of %q records %+v, state says %+v", f.ID, *e.Final, want)
+		}
+	}
+	s.Finished++
+	s.pruneTokens(e.At)
+	if s.KeepFinished {
+		return nil
+	}
+	for _, c := range f.Abandoned() {
+		s.Abandoned = append(s.Abandoned, AbandonedCall{FrameID: f.ID, Goal: f.Goal, Status: f.Status, Call: c})
+	}
+	delete(s.Frames, f.ID)
+	for i, id := range s.Order {
+		if id == f.ID {
+			s.Order = append(s.Order[:i], s.Order[i+1:]...)
+			if len(s.Order) == 0 {
+				s.Order = nil
+			}
+			break
+		}
+	}
 	return nil
+}
+
+// pruneTokens forgets used tokens that have expired (they are refused as
+// expired or unknown alike by then).
+func (s *State) pruneTokens(now int64) {
+	for id, t := range s.Tokens {
+		if t.Used && t.ExpiresAt < now {
+			delete(s.Tokens, id)
+		}
+	}
 }
 
 func applySuspended(s *State, e *FrameSuspended) error {
@@ -284,6 +282,7 @@ func applyResumed(s *State, e *FrameResumed) error {
 		return inconsistent("resume of %q with token %q", f.ID, e.TokenID)
 	}
 	tok.Used = true
+	s.pruneTokens(e.At)
 	f.Suspension = nil
 	f.Status = StatusActive
 	if f.LiveKids > 0 {

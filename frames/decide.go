@@ -87,7 +87,10 @@ func (s *State) CheckRequest(id string, hash []byte, now int64) (rec RequestReco
 			"its outcome is no longer guaranteed to be remembered, so it is not applied; send a new request id if it must run",
 			ErrRequestExpired, id, span(now-sent), span(s.Horizon), span(s.Skew))
 	}
-	rec, ok := s.Request(id)
+	rec, ok, err := s.Request(id)
+	if err != nil {
+		return RequestRecord{}, false, err
+	}
 	if !ok {
 		return RequestRecord{}, false, nil
 	}
@@ -136,15 +139,24 @@ func (d decider) meta(frame string, implied Reason) Meta {
 }
 
 // frame finds a frame by id; a frame of another scope is simply not here.
+// A frame that finished and left the projection is returned as a stand-in
+// that carries only its id and final status (it is never live, so every
+// rule refuses it as before).
 func (d decider) frame(id string) (*Frame, error) {
 	if err := ValidateID("frame id", id, d.cfg.MaxIDBytes); err != nil {
 		return nil, err
 	}
-	f := d.s.Frames[id]
-	if f == nil {
+	if f := d.s.Frames[id]; f != nil {
+		return f, nil
+	}
+	status, ok, err := d.s.finished(id)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrFrameNotFound, id)
 	}
-	return f, nil
+	return &Frame{ID: id, Status: status}, nil
 }
 
 func (d decider) liveFrame(id string) (*Frame, error) {
@@ -164,6 +176,12 @@ func (d decider) push(c *PushFrame) ([]Event, error) {
 	}
 	if d.s.Frames[c.FrameID] != nil {
 		return nil, fmt.Errorf("%w: frame %q", ErrDuplicateID, c.FrameID)
+	}
+	if _, ok, err := d.s.finished(c.FrameID); err != nil || ok {
+		if err == nil {
+			err = fmt.Errorf("%w: frame %q (a finished frame)", ErrDuplicateID, c.FrameID)
+		}
+		return nil, err
 	}
 	if err := checkText("goal", c.Goal, d.cfg.MaxGoalBytes); err != nil {
 		return nil, err
@@ -345,6 +363,10 @@ func (d decider) pop(c *PopFrame) ([]Event, error) {
 			status = c.Status
 		}
 		e := &FramePopped{Meta: d.meta(x.ID, implied), Status: status, Abandoned: x.openCalls()}
+		final := RecordOf(x)
+		final.Budget.Used, final.Budget.SubcallAllocation, final.Cost = st.used, st.subcall, st.cost
+		final.Status, final.CompletedAt = status, d.h.Now
+		e.Final = &final
 		if p := d.s.Frames[x.ParentID]; p != nil {
 			ps := get(p)
 			charged := chargeable(st.cost)
@@ -618,11 +640,15 @@ func (d decider) resume(c *ResumeFrame) ([]Event, error) {
 		return nil, err
 	}
 	tok := d.s.Tokens[c.TokenID]
+	if tok != nil && tok.FrameID == f.ID && tok.Used {
+		return nil, ErrTokenUsed
+	}
+	if !f.Status.Live() && d.s.Frames[f.ID] == nil {
+		// Finished: its unused token went with it.
+		return nil, fmt.Errorf("%w: %q is %s", ErrNotSuspended, f.ID, f.Status)
+	}
 	if tok == nil || tok.FrameID != f.ID {
 		return nil, ErrTokenUnknown
-	}
-	if tok.Used {
-		return nil, ErrTokenUsed
 	}
 	if f.Status != StatusSuspended || f.Suspension == nil || f.Suspension.TokenID != c.TokenID {
 		return nil, fmt.Errorf("%w: %q is %s", ErrNotSuspended, f.ID, f.Status)

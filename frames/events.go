@@ -117,6 +117,10 @@ type FramePopped struct {
 	ChargedCost   budget.Cost `msgpack:"cc"`
 	Saturated     bool        `msgpack:"sat,omitempty"`
 	Abandoned     []string    `msgpack:"ab,omitempty"`
+	// Final is the frame's record once popped (see FrameRecord); replay
+	// checks it against the fold. Events written before it existed have
+	// none: their frames are rebuilt by folding the log.
+	Final *FrameRecord `msgpack:"fin,omitempty"`
 }
 
 // FrameSuspended: a frame was paused; TokenID is the id inside the signed

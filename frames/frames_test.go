@@ -17,16 +17,25 @@ import (
 // world drives Decide and Apply like the shell does, checking invariants
 // after every Apply and keeping the log for replay.
 type world struct {
-	t   *testing.T
-	cfg frames.Config
-	s   *frames.State
-	log []frames.Event
-	now int64
-	n   int
+	t    *testing.T
+	cfg  frames.Config
+	s    *frames.State
+	hist *frames.LogHistory // what the store's index answers in the shell
+	log  []frames.Event
+	now  int64
+	n    int
 }
 
 func newWorld(t *testing.T) *world {
-	return &world{t: t, cfg: frames.DefaultConfig(), s: frames.NewState("agent-1", 0), now: 1_000}
+	w := &world{t: t, cfg: frames.DefaultConfig(), now: 1_000}
+	w.setState(frames.NewState("agent-1", 0))
+	return w
+}
+
+// setState starts the world over from s (an empty scope).
+func (w *world) setState(s *frames.State) {
+	w.s, w.hist, w.log = s, frames.NewLogHistory(), nil
+	s.SetHistory(w.hist)
 }
 
 func (w *world) hdr() frames.Header {
@@ -52,6 +61,7 @@ func (w *world) do(cmd frames.Command) ([]frames.Event, error) {
 	for _, e := range evs {
 		require.NoError(w.t, frames.Apply(w.s, e), "%s", e.EventType())
 		require.NoError(w.t, frames.CheckInvariants(w.s), "after %s", e.EventType())
+		w.hist.Add(w.s.Version, e)
 	}
 	w.log = append(w.log, evs...)
 	return evs, nil
@@ -151,8 +161,16 @@ func TestCascadePop(t *testing.T) {
 		order = append(order, e.EventMeta().Frame+":"+e.(*frames.FramePopped).Status.String())
 	}
 	assert.Equal(t, []string{"a1:cancelled", "a:cancelled", "b:cancelled", "r:failed"}, order)
-	assert.Equal(t, int64(60), w.s.Frame("r").Budget.Used, "grandchild usage rolled up through a")
-	assert.Equal(t, int64(0), w.s.Frame("r").Budget.SubcallAllocation)
+	assert.Nil(t, w.s.Frame("r"), "a finished frame leaves the projection")
+	final := evs[3].(*frames.FramePopped).Final
+	require.NotNil(t, final)
+	assert.Equal(t, int64(60), final.Budget.Used, "grandchild usage rolled up through a")
+	assert.Equal(t, int64(0), final.Budget.SubcallAllocation)
+	assert.Equal(t, frames.StatusFailed, final.Status)
+	assert.Equal(t, int64(3), final.Cost.Spawns)
+	assert.Equal(t, int64(2), final.Kids)
+	assert.Empty(t, w.s.Frames)
+	assert.Equal(t, int64(4), w.s.Finished)
 }
 
 func TestLimitSuspendsInsteadOfFailing(t *testing.T) {
@@ -277,10 +295,13 @@ func TestToolCallsAndPending(t *testing.T) {
 func TestRequestHorizon(t *testing.T) {
 	w := newWorld(t)
 	const horizon, skew = 1_000_000, 1_000
-	w.s = frames.NewState("agent-1", horizon)
-	w.s.SetHorizon(horizon, skew)
+	st := frames.NewState("agent-1", horizon)
+	st.SetHorizon(horizon, skew)
+	w.setState(st)
 	w.push("r", "", 100)
-	first := w.s.Requests[0]
+	first, ok, err := w.s.Request("req-1")
+	require.NoError(t, err)
+	require.True(t, ok)
 	rec, dup, err := w.s.CheckRequest(first.ID, first.Hash, w.now)
 	require.NoError(t, err)
 	assert.True(t, dup)
@@ -291,29 +312,22 @@ func TestRequestHorizon(t *testing.T) {
 	// A multi-event request is one record spanning its versions.
 	w.push("c", "r", 1)
 	w.push("c2", "c", 1)
-	w.must(&frames.PopFrame{Header: w.hdr(), FrameID: "c", Status: frames.StatusCompleted, Cascade: true})
-	last := w.s.Requests[len(w.s.Requests)-1]
+	hdr := w.hdr()
+	w.must(&frames.PopFrame{Header: hdr, FrameID: "c", Status: frames.StatusCompleted, Cascade: true})
+	last, ok, err := w.s.Request(hdr.RequestID)
+	require.NoError(t, err)
+	require.True(t, ok)
 	assert.Equal(t, last.FirstVersion+1, last.LastVersion)
+	assert.Equal(t, w.s.Version, last.LastVersion)
 
-	// However busy the scope, nothing younger than the horizon is forgotten
-	// (the old window kept 1,024–2,048 ids).
+	// However busy the scope, nothing is forgotten by count (the old
+	// window kept 1,024–2,048 ids): the history answers for every id.
 	for i := 0; i < 2100; i++ {
 		w.must(&frames.AddContextHandle{Header: w.hdr(), FrameID: "r", Handle: frames.ContextHandle{ID: fmt.Sprintf("h%d", i), Priority: compaction.Low}})
 	}
-	require.Less(t, w.now-first.At, int64(horizon))
 	_, dup, err = w.s.CheckRequest(first.ID, first.Hash, w.now)
 	require.NoError(t, err)
-	assert.True(t, dup, "an id within the horizon is remembered after 2,100 later requests")
-
-	// Past horizon + 2·skew after its commit, the record is dropped by age.
-	w.now = first.At + horizon + 2*skew + 1
-	w.must(&frames.AddContextHandle{Header: w.hdr(), FrameID: "r", Handle: frames.ContextHandle{ID: "late", Priority: compaction.Low}})
-	_, ok := w.s.Request(first.ID)
-	assert.False(t, ok, "forgotten past the horizon")
-	for _, r := range w.s.Requests {
-		assert.GreaterOrEqual(t, r.At, w.now-horizon-2*skew)
-	}
-	assert.Equal(t, w.replay().Requests, w.s.Requests, "replay forgets the same records")
+	assert.True(t, dup, "an id is remembered after 2,100 later requests")
 }
 
 func TestRequestIDTime(t *testing.T) {

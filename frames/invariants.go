@@ -47,7 +47,7 @@ func CheckInvariants(s *State) error {
 			if f.Depth > p.Budget.MaxSubframeDepth {
 				return bad("frame %q depth %d beyond parent's max %d", id, f.Depth, p.Budget.MaxSubframeDepth)
 			}
-			if !contains(p.Children, id) {
+			if s.KeepFinished && !contains(p.Children, id) {
 				return bad("parent %q does not list child %q", p.ID, id)
 			}
 			if f.Status.Live() && !p.Status.Live() {
@@ -56,8 +56,17 @@ func CheckInvariants(s *State) error {
 		}
 		var allocated int64
 		live := 0
-		descendants := int64(len(f.Children))
-		for _, cid := range f.Children {
+		var descendants int64
+		children := f.Children
+		if !s.KeepFinished {
+			children = nil
+			for _, cid := range s.Order { // the live children
+				if c := s.Frames[cid]; c != nil && c.ParentID == id {
+					children = append(children, cid)
+				}
+			}
+		}
+		for _, cid := range children {
 			c := s.Frames[cid]
 			if c == nil || c.ParentID != id {
 				return bad("frame %q lists child %q that is not its child", id, cid)
@@ -66,7 +75,7 @@ func CheckInvariants(s *State) error {
 				allocated += c.Budget.Total
 				live++
 			}
-			descendants += c.Cost.Spawns
+			descendants += 1 + c.Cost.Spawns
 		}
 		if int64(live) != f.LiveKids {
 			return bad("frame %q counts %d live children, has %d", id, f.LiveKids, live)
@@ -74,9 +83,16 @@ func CheckInvariants(s *State) error {
 		if allocated != f.Budget.SubcallAllocation {
 			return bad("frame %q allocates %d but its live children hold %d", id, f.Budget.SubcallAllocation, allocated)
 		}
-		// Every descendant counts against every ancestor's spawns.
-		if descendants != f.Cost.Spawns {
-			return bad("frame %q has %d descendants but %d spawns", id, descendants, f.Cost.Spawns)
+		// Every descendant counts against every ancestor's spawns (a live
+		// projection sees only the live ones).
+		if s.KeepFinished && (descendants != f.Cost.Spawns || int64(len(children)) != f.Kids) {
+			return bad("frame %q has %d descendants and %d children but %d spawns and %d kids", id, descendants, len(children), f.Cost.Spawns, f.Kids)
+		}
+		if descendants > f.Cost.Spawns || int64(len(children)) > f.Kids {
+			return bad("frame %q has %d descendants and %d children but %d spawns and %d kids", id, descendants, len(children), f.Cost.Spawns, f.Kids)
+		}
+		if !s.KeepFinished && !f.Status.Live() {
+			return bad("finished frame %q in a live projection", id)
 		}
 		switch f.Status {
 		case StatusActive:
@@ -119,16 +135,14 @@ func CheckInvariants(s *State) error {
 		}
 	}
 	for tid, t := range s.Tokens {
-		if s.Frames[t.FrameID] == nil {
-			return bad("token %q names unknown frame", tid)
+		if !t.Used && s.Frames[t.FrameID] == nil {
+			return bad("unused token %q names a frame that is not here", tid)
 		}
 	}
-	var prev int64
-	for _, r := range s.Requests {
-		if r.FirstVersion <= prev || r.LastVersion < r.FirstVersion || r.LastVersion > s.Version {
-			return bad("request window out of order at %q", r.ID)
+	for _, a := range s.Abandoned {
+		if a.Call.Finished || a.Status.Live() || s.Frames[a.FrameID] != nil {
+			return bad("abandoned call %q of frame %q is not one", a.Call.ID, a.FrameID)
 		}
-		prev = r.LastVersion
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ func TestSpawnLimitCountsEveryDescendant(t *testing.T) {
 			assert.Equal(t, tc.limit+1, v.Current)
 			assert.Contains(t, err.Error(), `"`+tc.limitedBy+`"`, "the error names the ancestor whose limit holds")
 			assert.Equal(t, before, w.s.Clone(), "a refused push changes nothing")
-			assert.Equal(t, w.s, w.replay())
+			assert.Equal(t, w.s.Clone(), w.replay())
 		})
 	}
 }
@@ -99,7 +99,7 @@ func TestLoweringALimitBelowTheCostSuspends(t *testing.T) {
 			assert.Equal(t, m.TokenID, r.Suspension.TokenID)
 			assert.Equal(t, &budget.Violation{Code: tc.code, Current: tc.cur, Max: r.Limits.Check(r.Cost).Max}, r.Suspension.Limit)
 			assert.Equal(t, tc.limits, r.Limits)
-			assert.Equal(t, w.s, w.replay())
+			assert.Equal(t, w.s.Clone(), w.replay())
 		})
 	}
 
@@ -151,11 +151,13 @@ func TestPopRecordsAbandonedToolCalls(t *testing.T) {
 	assert.Equal(t, []string{"call-deep"}, evs[0].(*frames.FramePopped).Abandoned)
 	assert.Equal(t, []string{"call-open"}, evs[1].(*frames.FramePopped).Abandoned)
 
-	c := w.s.Frame("c")
-	assert.Empty(t, c.InDoubt(), "an abandoned call is no longer in doubt on a live frame")
-	require.Len(t, c.Abandoned(), 1)
-	assert.Equal(t, "call-open", c.Abandoned()[0].ID)
-	assert.False(t, c.ToolCall("call-done").Abandoned)
+	assert.Nil(t, w.s.Frame("c"), "a finished frame leaves the projection")
+	require.Len(t, w.s.Abandoned, 2, "its abandoned calls stay")
+	assert.Equal(t, "g", w.s.Abandoned[0].FrameID)
+	assert.Equal(t, "call-open", w.s.Abandoned[1].Call.ID)
+	assert.Equal(t, frames.StatusFailed, w.s.Abandoned[1].Status)
+	assert.True(t, w.s.Abandoned[1].Call.Abandoned)
+	assert.Empty(t, w.s.Pending()[0].ToolCallID == "call-done")
 
 	var abandoned []string
 	for _, p := range w.s.Pending() {
@@ -164,21 +166,21 @@ func TestPopRecordsAbandonedToolCalls(t *testing.T) {
 			assert.Contains(t, p.Description, "abandoned")
 		}
 	}
-	assert.Equal(t, []string{"c/call-open", "g/call-deep"}, abandoned, "push order")
-	assert.Equal(t, w.s, w.replay())
+	assert.Equal(t, []string{"g/call-deep", "c/call-open"}, abandoned, "the order their frames finished in")
+	assert.Equal(t, w.s.Clone(), w.replay())
 
-	// An old frame.popped (no Abandoned field) still applies: the state
-	// marks the open calls all the same.
+	// An old frame.popped (no Abandoned field, no Final record) still
+	// applies: the state marks the open calls all the same.
 	s := frames.NewState("agent-1", 0)
 	for _, e := range w.log {
 		if p, ok := e.(*frames.FramePopped); ok {
 			cp := *p
-			cp.Abandoned = nil
+			cp.Abandoned, cp.Final = nil, nil
 			e = &cp
 		}
 		require.NoError(t, frames.Apply(s, e))
 	}
-	assert.Equal(t, w.s, s)
+	assert.Equal(t, w.s.Clone(), s)
 
 	// A frame.popped that names other calls than the open ones is refused.
 	s = frames.NewState("agent-1", 0)
@@ -222,6 +224,11 @@ func TestSettlementThatWouldOverflowSaturates(t *testing.T) {
 			assert.True(t, p.Saturated, "the clamped settlement is recorded")
 			assert.Equal(t, tc.child, p.ChargedCost, "the event keeps what the child really used")
 			r := w.s.Frame("r")
+			if tc.cascade { // r finished too: its record is in its pop
+				require.Nil(t, r)
+				fin := evs[1].(*frames.FramePopped).Final
+				r = &frames.Frame{Cost: fin.Cost, Budget: fin.Budget}
+			}
 			sum, clamped := tc.parent.PlusSaturating(tc.child)
 			require.True(t, clamped)
 			sum.Spawns = 1 // its one child
@@ -229,7 +236,7 @@ func TestSettlementThatWouldOverflowSaturates(t *testing.T) {
 			tokens, _ := tc.child.Tokens()
 			want, _ := budget.AddSaturating(func() int64 { n, _ := tc.parent.Tokens(); return n }(), tokens)
 			assert.Equal(t, want, r.Budget.Used)
-			assert.Equal(t, w.s, w.replay())
+			assert.Equal(t, w.s.Clone(), w.replay())
 
 			// The whole tree can still be ended.
 			if !tc.cascade {
@@ -237,7 +244,7 @@ func TestSettlementThatWouldOverflowSaturates(t *testing.T) {
 			}
 			w.must(&frames.PopFrame{Header: w.hdr(), FrameID: "top", Status: frames.StatusCompleted, Mint: w.mint()})
 			assert.Empty(t, w.s.LiveFrames())
-			assert.Equal(t, w.s, w.replay())
+			assert.Equal(t, w.s.Clone(), w.replay())
 		})
 	}
 

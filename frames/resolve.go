@@ -46,10 +46,34 @@ func LookupFrame(cfg Config, s *State, id string) (*Frame, error) {
 	}
 	f := s.Frame(id)
 	if f == nil {
+		status, ok, err := s.finished(id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return nil, &FinishedError{ID: id, Status: status}
+		}
 		return nil, fmt.Errorf("%w: %q", ErrFrameNotFound, id)
 	}
 	return f, nil
 }
+
+// FinishedError is LookupFrame's answer for a frame that finished and left
+// the projection: a read that answers for finished frames fetches it from
+// the log (the shell: its record is its frame.popped event, its handles
+// its own events — see RebuildFinished); anything that needs a live frame
+// refuses it as ErrFrameNotLive.
+type FinishedError struct {
+	ID     string
+	Status Status
+}
+
+func (e *FinishedError) Error() string {
+	return fmt.Sprintf("%v: %q is %s", ErrFrameNotLive, e.ID, e.Status)
+}
+
+// Unwrap makes a FinishedError match ErrFrameNotLive.
+func (e *FinishedError) Unwrap() error { return ErrFrameNotLive }
 
 // lookupLive is LookupFrame for a frame that must still be live.
 func lookupLive(cfg Config, s *State, id string) (*Frame, error) {

@@ -32,21 +32,50 @@ type TokenRecord struct {
 	Used      bool   `msgpack:"u"`
 }
 
-// State is a scope's projection: the fold of its events. It is not safe for
-// concurrent use; the actor that owns it is its only user.
+// AbandonedCall is a tool call that was still open when its frame
+// finished: it may or may not have run, and stays on record for good.
+type AbandonedCall struct {
+	FrameID string   `msgpack:"f"`
+	Goal    string   `msgpack:"g"`
+	Status  Status   `msgpack:"st"` // the frame's final status
+	Call    ToolCall `msgpack:"c"`
+}
+
+// History answers for what a live projection no longer holds: frames that
+// finished and requests that committed. The shell implements it over the
+// store's index and log; a State without one knows no history (a fold that
+// keeps finished frames, or a test of one run).
+type History interface {
+	// FinishedFrame returns the final status of a frame of this scope that
+	// finished; ok is false if the scope never had a frame with id.
+	FinishedFrame(id string) (status Status, ok bool, err error)
+	// Request returns the record of a request this scope committed.
+	Request(id string) (rec RequestRecord, ok bool, err error)
+}
+
+// State is a scope's projection: the fold of its events. It holds what is
+// live — the live frames whole, the tokens that can still be used or
+// refused, the tool calls abandoned by finished frames — and counts for
+// the rest, so that it (and its snapshot) grows with the live work, not
+// with history. A frame that finishes leaves it: its final record is its
+// frame.popped event (Final), found through the store's index (History).
+// It is not safe for concurrent use; the actor that owns it is its only
+// user.
 type State struct {
 	Scope   string `msgpack:"sc"`
 	Version int64  `msgpack:"v"` // stream version of the last applied event
-	// Frames by id, and their ids in push order.
-	Frames map[string]*Frame       `msgpack:"fr"`
-	Order  []string                `msgpack:"o"`
+	// Frames are the live frames by id, and Order their ids in push order
+	// (with KeepFinished: every frame).
+	Frames map[string]*Frame `msgpack:"fr"`
+	Order  []string          `msgpack:"o"`
+	// Tokens are the suspension tokens of live frames, and used tokens
+	// until they expire (so that a reuse is refused as used).
 	Tokens map[string]*TokenRecord `msgpack:"tk"`
-	// Requests are the requests committed within the horizon, oldest
-	// first: every one of them younger than Horizon+2·Skew is here.
-	Requests []RequestRecord `msgpack:"rq"`
-	// Window is unused: snapshots of the previous release carry it (a
-	// count-bounded window that forgot ids of busy scopes).
-	Window int `msgpack:"w,omitempty"`
+	// Abandoned are the tool calls finished frames left open, in the order
+	// their frames finished.
+	Abandoned []AbandonedCall `msgpack:"ab,omitempty"`
+	// Finished counts the frames that finished.
+	Finished int64 `msgpack:"fn"`
 	// Horizon and Skew (unix ns) bound how long request ids are
 	// remembered; the shell sets them from its configuration (they are
 	// not taken from a snapshot).
@@ -55,9 +84,11 @@ type State struct {
 	Resumes int64 `msgpack:"rs"`
 	// LastAt is the server time of the last applied event.
 	LastAt int64 `msgpack:"la"`
+	// KeepFinished makes the fold keep finished frames (and children
+	// lists): the whole history, for tools and checks. Never encoded.
+	KeepFinished bool `msgpack:"-"`
 
-	requestIdx map[string]int // request id -> reqBase + index in Requests
-	reqBase    int            // absolute index of Requests[0]
+	history History
 }
 
 // NewState returns the empty projection of scope (a scope with no events)
@@ -70,7 +101,6 @@ func NewState(scope string, horizon int64) *State {
 }
 
 // SetHorizon sets how long request ids are remembered (<= 0: the defaults).
-// Records already older than the new horizon are dropped at the next event.
 func (s *State) SetHorizon(horizon, skew int64) {
 	if horizon <= 0 {
 		horizon = DefaultRequestHorizon
@@ -81,8 +111,11 @@ func (s *State) SetHorizon(horizon, skew int64) {
 	s.Horizon, s.Skew = horizon, skew
 }
 
-// Normalize restores what a decoder leaves out (nil maps, indexes); call it
-// after loading a State from a snapshot.
+// SetHistory gives the state its history (nil: none).
+func (s *State) SetHistory(h History) { s.history = h }
+
+// Normalize restores what a decoder leaves out (nil maps); call it after
+// loading a State from a snapshot.
 func (s *State) Normalize() {
 	if s.Frames == nil {
 		s.Frames = map[string]*Frame{}
@@ -93,39 +126,25 @@ func (s *State) Normalize() {
 	if s.Horizon <= 0 || s.Skew <= 0 {
 		s.SetHorizon(s.Horizon, s.Skew)
 	}
-	// Records of a snapshot written before the horizon existed have no
-	// time: count them from the last event, which keeps them longer, never
-	// shorter, than their true age.
-	for i := range s.Requests {
-		if s.Requests[i].At == 0 {
-			s.Requests[i].At = s.LastAt
-		}
-	}
-	s.requestIdx, s.reqBase = nil, 0
 }
 
 // Frame returns the frame with id, or nil.
 func (s *State) Frame(id string) *Frame { return s.Frames[id] }
 
-// Request returns the remembered request with id, if it is within the
-// horizon.
-func (s *State) Request(id string) (RequestRecord, bool) {
-	s.indexRequests()
-	i, ok := s.requestIdx[id]
-	if !ok {
-		return RequestRecord{}, false
+// Request returns the committed request with id, from the history.
+func (s *State) Request(id string) (RequestRecord, bool, error) {
+	if s.history == nil {
+		return RequestRecord{}, false, nil
 	}
-	return s.Requests[i-s.reqBase], true
+	return s.history.Request(id)
 }
 
-func (s *State) indexRequests() {
-	if s.requestIdx != nil {
-		return
+// finished returns the final status of a frame that left the projection.
+func (s *State) finished(id string) (Status, bool, error) {
+	if s.history == nil {
+		return 0, false, nil
 	}
-	s.requestIdx, s.reqBase = make(map[string]int, len(s.Requests)), 0
-	for i, r := range s.Requests {
-		s.requestIdx[r.ID] = i
-	}
+	return s.history.FinishedFrame(id)
 }
 
 // TopOfStack is the most recently pushed frame that is still active, or nil.
@@ -153,15 +172,14 @@ func (s *State) Ancestry(id string) []*Frame {
 	return path
 }
 
-// LiveChildren returns f's children that are still live. It scans every
-// child f ever had: use f.LiveKids when only the count matters.
+// LiveChildren returns f's children that are still live, in push order.
 func (s *State) LiveChildren(f *Frame) []*Frame {
 	if f.LiveKids == 0 {
 		return nil
 	}
 	var out []*Frame
-	for _, id := range f.Children {
-		if c := s.Frames[id]; c != nil && c.Status.Live() {
+	for _, id := range s.Order {
+		if c := s.Frames[id]; c != nil && c.ParentID == f.ID && c.Status.Live() {
 			out = append(out, c)
 		}
 	}
@@ -204,14 +222,20 @@ type PendingWork struct {
 // was popped (they may have run; they are listed for good, never forgotten).
 func (s *State) Pending() []PendingWork {
 	var out []PendingWork
+	abandoned := func(frame string, status Status, c ToolCall) {
+		out = append(out, PendingWork{FrameID: frame, Kind: PendingToolAbandoned, ToolCallID: c.ID,
+			Description: "tool '" + c.Name + "' started and never finished: abandoned when its frame was popped (" + status.String() + ")"})
+	}
+	for _, a := range s.Abandoned {
+		abandoned(a.FrameID, a.Status, a.Call)
+	}
 	for _, id := range s.Order {
 		f := s.Frames[id]
 		if f == nil {
 			continue
 		}
 		for _, c := range f.Abandoned() {
-			out = append(out, PendingWork{FrameID: f.ID, Kind: PendingToolAbandoned, ToolCallID: c.ID,
-				Description: "tool '" + c.Name + "' started and never finished: abandoned when its frame was popped (" + f.Status.String() + ")"})
+			abandoned(f.ID, f.Status, c)
 		}
 		if !f.Status.Live() {
 			continue
@@ -237,9 +261,10 @@ func (s *State) Pending() []PendingWork {
 
 // Clone returns a deep copy of s that shares nothing with it; clones of equal
 // states are reflect.DeepEqual.
+// The clone has no history (SetHistory).
 func (s *State) Clone() *State {
 	c := *s
-	c.requestIdx, c.reqBase = nil, 0
+	c.history = nil
 	c.Frames = make(map[string]*Frame, len(s.Frames))
 	for id, f := range s.Frames {
 		c.Frames[id] = f.Clone()
@@ -250,10 +275,10 @@ func (s *State) Clone() *State {
 		tc := *t
 		c.Tokens[id] = &tc
 	}
-	c.Requests = nil
-	for _, r := range s.Requests {
-		r.Hash = cloneBytes(r.Hash)
-		c.Requests = append(c.Requests, r)
+	c.Abandoned = nil
+	for _, a := range s.Abandoned {
+		a.Call.Input = cloneBytes(a.Call.Input)
+		c.Abandoned = append(c.Abandoned, a)
 	}
 	return &c
 }
@@ -261,5 +286,9 @@ func (s *State) Clone() *State {
 // StateFormat is the layout version of an encoded State (a snapshot). A
 // snapshot of another format is ignored and the scope replayed instead.
 // Format 2: Cost.Spawns counts every descendant, not only children, and tool
-// calls open when their frame was popped are marked abandoned.
-const StateFormat uint32 = 2
+// calls open when their frame was popped are marked abandoned. Format 3:
+// only live frames (finished ones are found through the store's index),
+// no request records (the store's index answers for them), no children
+// lists. A snapshot of an earlier format is ignored and the scope
+// replayed, which rebuilds it.
+const StateFormat uint32 = 3

@@ -2,6 +2,7 @@ package frames
 
 import (
 	"fmt"
+	"reflect"
 
 	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/compaction"
@@ -143,29 +144,35 @@ type Suspension struct {
 
 // Frame is one unit of work in a scope's frame tree.
 type Frame struct {
-	ID          string             `msgpack:"id"`
-	ParentID    string             `msgpack:"pa,omitempty"`
-	Goal        string             `msgpack:"g"`
-	Inputs      []byte             `msgpack:"in,omitempty"` // opaque encoded bytes
-	Status      Status             `msgpack:"st"`
-	Depth       int64              `msgpack:"d"`
-	Budget      budget.TokenBudget `msgpack:"b"`
-	Limits      budget.Limits      `msgpack:"l"`
-	Cost        budget.Cost        `msgpack:"c"`
-	Handles     []ContextHandle    `msgpack:"h,omitempty"`
-	ToolCalls   []ToolCall         `msgpack:"tc,omitempty"`
-	Results     []ResultRef        `msgpack:"rs,omitempty"`
-	Children    []string           `msgpack:"ch,omitempty"`
-	Suspension  *Suspension        `msgpack:"su,omitempty"`
-	CreatedAt   int64              `msgpack:"at"`
-	CompletedAt int64              `msgpack:"ca,omitempty"`
-	ContextHash string             `msgpack:"hx,omitempty"`
-	PushSeq     int64              `msgpack:"ps"` // scope version of frame.pushed
+	ID        string             `msgpack:"id"`
+	ParentID  string             `msgpack:"pa,omitempty"`
+	Goal      string             `msgpack:"g"`
+	Inputs    []byte             `msgpack:"in,omitempty"` // opaque encoded bytes
+	Status    Status             `msgpack:"st"`
+	Depth     int64              `msgpack:"d"`
+	Budget    budget.TokenBudget `msgpack:"b"`
+	Limits    budget.Limits      `msgpack:"l"`
+	Cost      budget.Cost        `msgpack:"c"`
+	Handles   []ContextHandle    `msgpack:"h,omitempty"`
+	ToolCalls []ToolCall         `msgpack:"tc,omitempty"`
+	Results   []ResultRef        `msgpack:"rs,omitempty"`
+	// Children lists every child ever pushed, in a State that keeps
+	// finished frames (KeepFinished, for tools) only: a live projection
+	// keeps counts instead (Kids, LiveKids), never a list that grows with
+	// history.
+	Children    []string    `msgpack:"ch,omitempty"`
+	Suspension  *Suspension `msgpack:"su,omitempty"`
+	CreatedAt   int64       `msgpack:"at"`
+	CompletedAt int64       `msgpack:"ca,omitempty"`
+	ContextHash string      `msgpack:"hx,omitempty"`
+	PushSeq     int64       `msgpack:"ps"` // scope version of frame.pushed
 	// ContextTokens is the sum of the live handles' Tokens.
 	ContextTokens int64 `msgpack:"ct"`
 	// LiveKids counts the children that are still live, so that a pop
-	// need not scan every child a long-lived frame ever had.
+	// need not scan every child a long-lived frame ever had; Kids counts
+	// every child it ever had.
 	LiveKids int64 `msgpack:"lk"`
+	Kids     int64 `msgpack:"k,omitempty"`
 
 	handleIdx map[string]int // id -> index in Handles; rebuilt when stale
 }
@@ -265,4 +272,50 @@ func cloneBytes(b []byte) []byte {
 		return nil
 	}
 	return append([]byte(nil), b...)
+}
+
+// FrameRecord is what stays of a frame once it finished: everything but its
+// handles, tool calls and inputs, which are read back from its events.
+// The frame.popped event that ends a frame carries it (FramePopped.Final),
+// so a finished frame is answered from one record of the log.
+type FrameRecord struct {
+	ID            string             `msgpack:"id"`
+	ParentID      string             `msgpack:"pa,omitempty"`
+	Goal          string             `msgpack:"g"`
+	Status        Status             `msgpack:"st"`
+	Depth         int64              `msgpack:"d"`
+	Budget        budget.TokenBudget `msgpack:"b"`
+	Limits        budget.Limits      `msgpack:"l"`
+	Cost          budget.Cost        `msgpack:"c"`
+	Results       []ResultRef        `msgpack:"rs,omitempty"`
+	Handles       int64              `msgpack:"h"`
+	ContextTokens int64              `msgpack:"ct"`
+	ToolCalls     int64              `msgpack:"tc"`
+	Kids          int64              `msgpack:"k"`
+	CreatedAt     int64              `msgpack:"at"`
+	CompletedAt   int64              `msgpack:"ca"`
+	PushSeq       int64              `msgpack:"ps"`
+	ContextHash   string             `msgpack:"hx,omitempty"`
+}
+
+// RecordOf returns f's record as it stands.
+func RecordOf(f *Frame) FrameRecord {
+	return FrameRecord{
+		ID: f.ID, ParentID: f.ParentID, Goal: f.Goal, Status: f.Status, Depth: f.Depth, Budget: f.Budget,
+		Limits: f.Limits, Cost: f.Cost, Results: append([]ResultRef(nil), f.Results...), Handles: int64(len(f.Handles)),
+		ContextTokens: f.ContextTokens, ToolCalls: int64(len(f.ToolCalls)), Kids: f.Kids, CreatedAt: f.CreatedAt,
+		CompletedAt: f.CompletedAt, PushSeq: f.PushSeq, ContextHash: f.ContextHash,
+	}
+}
+
+// Equal reports whether r and o record the same frame.
+func (r FrameRecord) Equal(o *FrameRecord) bool {
+	if o == nil {
+		return false
+	}
+	a, b := r, *o
+	if len(a.Results) == 0 && len(b.Results) == 0 {
+		a.Results, b.Results = nil, nil
+	}
+	return reflect.DeepEqual(a, b)
 }

@@ -428,11 +428,13 @@ type FrameSummary struct {
 	Handles       int                `msgpack:"h"`
 	ContextTokens int64              `msgpack:"ct"`
 	Results       int                `msgpack:"r"`
-	Children      []string           `msgpack:"ch,omitempty"`
-	InDoubt       []frames.ToolCall  `msgpack:"id2,omitempty"`
-	Suspension    *frames.Suspension `msgpack:"su,omitempty"`
-	CreatedAt     int64              `msgpack:"at"`
-	CompletedAt   int64              `msgpack:"ca,omitempty"`
+	// Children are the frame's live children (a finished child is no
+	// longer listed: the projection keeps only what is live).
+	Children    []string           `msgpack:"ch,omitempty"`
+	InDoubt     []frames.ToolCall  `msgpack:"id2,omitempty"`
+	Suspension  *frames.Suspension `msgpack:"su,omitempty"`
+	CreatedAt   int64              `msgpack:"at"`
+	CompletedAt int64              `msgpack:"ca,omitempty"`
 }
 
 // RecoverySummary says what recovery found and what it cost.

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
 )
@@ -58,7 +57,7 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	for _, info := range scopes {
-		st, _, err := actors.LoadState(ctx, store, info.Stream, actors.Recall{}, nil)
+		st, err := eventstore.LoadAll(ctx, store, info.Stream, 0) // finished frames too
 		if err != nil {
 			return fmt.Errorf("scope %q: %w", info.Stream, err)
 		}

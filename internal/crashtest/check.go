@@ -204,7 +204,8 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	defer store.Close()
 
 	groups := map[string]*group{}
-	replayed := map[string]*frames.State{}
+	replayed := map[string]*frames.State{} // every frame, finished ones too
+	live := map[string]*frames.State{}     // the live projection the server keeps
 	var streams []string
 	if err := store.Streams(ctx, func(i eventstore.StreamInfo) error { streams = append(streams, i.Stream); return nil }); err != nil {
 		return st, err
@@ -218,6 +219,8 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	}
 	for _, name := range streams {
 		state := frames.NewState(name, 0)
+		state.KeepFinished = true
+		lstate := frames.NewState(name, 0)
 		var g *group
 		finish := func() {
 			if g != nil {
@@ -243,6 +246,9 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			if err := frames.Apply(state, ev); err != nil {
 				return fmt.Errorf("stream %q version %d: %w", name, r.Version, err)
 			}
+			if err := frames.Apply(lstate, ev); err != nil {
+				return fmt.Errorf("stream %q version %d (live projection): %w", name, r.Version, err)
+			}
 			g.last = r.Version
 			g.events = append(g.events, ev)
 			st.Events++
@@ -252,7 +258,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			return st, err
 		}
 		finish()
-		replayed[name] = state
+		replayed[name], live[name] = state, lstate
 	}
 
 	// Every acknowledged write is there; nothing refused or unsent is.
@@ -303,11 +309,11 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 		if err != nil {
 			return st, fmt.Errorf("LoadState(%q): %w", name, err)
 		}
-		if d := verify.DiffStates(loaded, replayed[name]); d != "" {
+		if d := verify.DiffStates(loaded.Clone(), live[name].Clone()); d != "" {
 			return st, fmt.Errorf("scope %q: LoadState (snapshot plus tail) differs from a full replay: %s", name, d)
 		}
 	}
-	if err := checkResume(ctx, dir, store, streams, replayed, cycle); err != nil {
+	if err := checkResume(ctx, dir, store, streams, replayed, live, cycle); err != nil {
 		return st, err
 	}
 	return st, nil
@@ -394,7 +400,7 @@ func checkWhole(g *group, side *Side, s *frames.State, fail func(string, ...any)
 
 // checkResume starts a StateIndex on the store and compares what
 // ResumeActor and GetFrame return with the full replay.
-func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, streams []string, replayed map[string]*frames.State, cycle int) error {
+func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, streams []string, replayed, live map[string]*frames.State, cycle int) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := quietSystem(quiet)
 	defer sys.Shutdown()
@@ -410,7 +416,7 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 	defer sl.Close()
 	w := &Storm{C: srv.Client(), Log: sl, Prefix: fmt.Sprintf("check%d", cycle)}
 	for _, name := range streams {
-		want := replayed[name]
+		want, all := live[name], replayed[name]
 		reply, err := w.send(ctx, &messages.ResumeActor{Header: messages.Header{Scope: name}})
 		if err != nil {
 			return err
@@ -419,7 +425,7 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 		if got.Version != want.Version+1 {
 			return fmt.Errorf("scope %q: ResumeActor at version %d, replay at %d (+1 for actor.resumed)", name, got.Version, want.Version)
 		}
-		if d := verify.Diff(summaries(want.LiveFrames()), got.LiveFrames); d != "" {
+		if d := verify.Diff(summaries(want, want.LiveFrames()), got.LiveFrames); d != "" {
 			return fmt.Errorf("scope %q: ResumeActor's live frames differ from the replay: %s", name, d)
 		}
 		if d := verify.Diff(want.Pending(), got.PendingWork); d != "" {
@@ -428,8 +434,8 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 		var top *messages.FrameSummary
 		var stack []messages.FrameSummary
 		if f := want.TopOfStack(); f != nil {
-			s := summary(f)
-			top, stack = &s, summaries(want.Ancestry(f.ID))
+			s := summary(want, f)
+			top, stack = &s, summaries(want, want.Ancestry(f.ID))
 		}
 		if d := verify.Diff(top, got.CurrentFrame); d != "" {
 			return fmt.Errorf("scope %q: ResumeActor's current frame differs from the replay: %s", name, d)
@@ -437,8 +443,9 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 		if d := verify.Diff(stack, got.FrameStack); d != "" {
 			return fmt.Errorf("scope %q: ResumeActor's frame stack differs from the replay: %s", name, d)
 		}
-		ids := make([]string, 0, len(want.Frames))
-		for id := range want.Frames {
+		// Every frame, finished ones too (read back from the log).
+		ids := make([]string, 0, len(all.Frames))
+		for id := range all.Frames {
 			ids = append(ids, id)
 		}
 		sort.Strings(ids)
@@ -447,28 +454,34 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 			if err != nil {
 				return fmt.Errorf("scope %q: GetFrame(%s): %w", name, id, err)
 			}
-			if d := verify.Diff(want.Frames[id], fr.Frame); d != "" {
-				return fmt.Errorf("scope %q: frame %s differs from the replay: %s", name, id, d)
+			f := all.Frames[id].Clone()
+			f.Children = nil // the live projection keeps no children lists
+			if d := verify.Diff(f, fr.Frame.Clone()); d != "" {
+				return fmt.Errorf("scope %q: frame %s (%s) differs from the replay: %s", name, id, f.Status, d)
 			}
 		}
 	}
 	return nil
 }
 
-// summary mirrors what the StateIndex reports of a frame.
-func summary(f *frames.Frame) messages.FrameSummary {
+// summary mirrors what the StateIndex reports of a frame: its children are
+// its live children in st.
+func summary(st *frames.State, f *frames.Frame) messages.FrameSummary {
 	s := messages.FrameSummary{
 		ID: f.ID, ParentID: f.ParentID, Goal: f.Goal, Status: f.Status, Depth: f.Depth, Budget: f.Budget,
 		Limits: f.Limits, Cost: f.Cost, Handles: len(f.Handles), ContextTokens: f.ContextTokens, Results: len(f.Results),
-		Children: f.Children, InDoubt: f.InDoubt(), Suspension: f.Suspension, CreatedAt: f.CreatedAt, CompletedAt: f.CompletedAt,
+		InDoubt: f.InDoubt(), Suspension: f.Suspension, CreatedAt: f.CreatedAt, CompletedAt: f.CompletedAt,
+	}
+	for _, c := range st.LiveChildren(f) {
+		s.Children = append(s.Children, c.ID)
 	}
 	return s
 }
 
-func summaries(fs []*frames.Frame) []messages.FrameSummary {
+func summaries(st *frames.State, fs []*frames.Frame) []messages.FrameSummary {
 	out := make([]messages.FrameSummary, len(fs))
 	for i, f := range fs {
-		out[i] = summary(f)
+		out[i] = summary(st, f)
 	}
 	return out
 }

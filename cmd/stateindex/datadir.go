@@ -24,6 +24,12 @@ const (
 // Transient failures are retried with exponential backoff; a file another
 // process holds, an unknown format or corruption are not transient.
 func openStore(dir string, create bool, timeout time.Duration, journalOff bool) (*eventstore.BoltStore, error) {
+	return openStoreWith(dir, create, eventstore.Options{OpenTimeout: timeout, JournalOff: journalOff})
+}
+
+// openStoreWith is openStore with every option given (serve passes its
+// configuration's journal settings).
+func openStoreWith(dir string, create bool, opts eventstore.Options) (*eventstore.BoltStore, error) {
 	path := filepath.Join(dir, dbFile)
 	if !create {
 		if _, err := os.Stat(path); err != nil {
@@ -34,7 +40,7 @@ func openStore(dir string, create bool, timeout time.Duration, journalOff bool) 
 	}
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		st, err := eventstore.Open(path, &eventstore.Options{OpenTimeout: timeout, JournalOff: journalOff})
+		st, err := eventstore.Open(path, &opts)
 		if err == nil {
 			return st, nil
 		}

@@ -20,59 +20,61 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/stateindex/stateindex/actors"
-	"github.com/stateindex/stateindex/actors/wire"
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/internal/config"
 )
 
 func init() {
-	register(command{name: "serve", summary: "--data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]]   run the StateIndex", run: serve})
+	register(command{name: "serve", summary: "[--config FILE] --data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]]   run the StateIndex", run: serve})
+}
+
+// errHistoryPolicies refuses a configuration that asks for retention or
+// expiry: this build reads them but does not apply them, and a server that
+// silently kept what its operator told it to remove would be worse than one
+// that does not start.
+var errHistoryPolicies = errors.New("retention/expiry are configured but this build does not apply them yet: " +
+	"set retention.on_completion to keep and expiry.inactive_after to 0 (in the overrides too)")
+
+// serveConfig turns a resolved configuration into the StateIndex's
+// actors.Config (keys and logger are added by serve) and store options.
+func serveConfig(file *config.File) (actors.Config, eventstore.Options) {
+	opts := file.StoreOptions()
+	opts.OpenTimeout = 2 * time.Second
+	return file.ActorsConfig(actors.DefaultConfig()), opts
 }
 
 func serve(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	d := actors.DefaultConfig()
-	dir := fs.String("data", "./data", "data directory (holds stateindex.db and server.key)")
-	shards := fs.Int("shards", d.Shards, "shard actors (a scope always lands on the same one); in a cluster the same on every member")
-	snapEvery := fs.Int64("snapshot-every", d.SnapshotEvery, "events between a scope's snapshots")
-	cacheScopes := fs.Int("cache-scopes", d.CacheScopes, "hot scopes kept in memory")
-	cacheMiB := fs.Int64("cache-mib", d.CacheBytes>>20, "approximate memory bound of hot scopes, MiB")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	listen := fs.String("listen", "", "serve remote actors over Proto.Actor remoting at HOST:PORT (the address they reach it at)")
-	clusterName := fs.String("cluster", "", "join the Proto.Actor cluster NAME as a storage member (needs --listen and --peers)")
-	peers := fs.String("peers", "", "the cluster's storage members, HOST:PORT,... (their --listen addresses; this member is added); the same list on every member and client")
-	health := fs.Duration("health-interval", time.Second, "cluster: how often members poll each other's health endpoint (each member's --listen port + 1)")
-	maxMsg := fs.Int("max-message-bytes", wire.DefaultMaxBytes, "largest encoded remote request or reply")
-	journal := fs.String("journal", "on", "on: an append is durable once in the write-ahead journal (one fdatasync per group commit), applied to bbolt in the background; off: every group commit is a bbolt transaction")
+	flags := config.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
+	file, err := flags.Resolve()
+	if err != nil {
+		return err
+	}
+	if file.HistoryPoliciesEnabled() {
+		return errHistoryPolicies
+	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	if err := level.UnmarshalText([]byte(file.LogLevel)); err != nil { // config checked it; kept for safety
+		return fmt.Errorf("log_level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	dir, listen, clusterName := file.DataDir, file.Remoting.Listen, file.Cluster.Name
 	var members []string
-	switch {
-	case *clusterName != "" && (*listen == "" || *peers == ""):
-		return errors.New("--cluster needs --listen and --peers")
-	case *clusterName == "" && *peers != "":
-		return errors.New("--peers needs --cluster")
-	case *clusterName != "":
-		members = parsePeers(*peers, *listen)
+	if clusterName != "" {
+		members = parsePeers(strings.Join(file.Cluster.Peers, ","), listen)
 	}
-	if *maxMsg <= 0 {
-		return errors.New("--max-message-bytes must be positive")
-	}
-	if *journal != "on" && *journal != "off" {
-		return fmt.Errorf("--journal must be on or off, got %q", *journal)
-	}
+	cfg, storeOpts := serveConfig(file)
 
 	// Listen for signals before announcing readiness, so a signal right
 	// after the log line is never missed.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	store, err := openStore(*dir, true, 2*time.Second, *journal == "off")
+	store, err := openStoreWith(dir, true, storeOpts)
 	if err != nil {
 		return err
 	}
@@ -85,11 +87,11 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if r := store.Replay(); r.Records > 0 {
 		log.Info("journal replayed into bbolt", "records", r.Records, "from_seq", r.FromSeq, "to_seq", r.ToSeq)
 	}
-	key, err := loadKey(*dir)
+	key, err := loadKey(dir)
 	if err != nil {
 		return fmt.Errorf("server key: %w", err)
 	}
-	if *clusterName == "" {
+	if clusterName == "" {
 		// A cluster member's file serves only the scopes homed there; a
 		// standalone server would accept others and fork them.
 		id, ok, err := store.Identity(ctx)
@@ -98,17 +100,16 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		}
 		if ok {
 			return fmt.Errorf("%s belongs to %s: start it with --cluster %s --listen %s --peers %s",
-				filepath.Join(*dir, dbFile), id, id.Cluster, id.Member, strings.Join(id.Members, ","))
+				filepath.Join(dir, dbFile), id, id.Cluster, id.Member, strings.Join(id.Members, ","))
 		}
 	}
 
-	signing, err := loadSigningKey(*dir)
+	signing, err := loadSigningKey(dir)
 	if err != nil {
 		return fmt.Errorf("checkpoint signing key: %w", err)
 	}
 
-	cfg := d
-	cfg.TokenKey, cfg.Shards, cfg.SnapshotEvery, cfg.CacheScopes, cfg.CacheBytes = key, *shards, *snapEvery, *cacheScopes, *cacheMiB<<20
+	cfg.TokenKey = key
 	cfg.SigningKey = signing
 	cfg.Logger = log
 	libLevel := level
@@ -117,8 +118,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	libLog := slog.New(demote{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: libLevel})}).With("lib", "protoactor")
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return libLog }))
-	abs, _ := filepath.Abs(filepath.Join(*dir, dbFile))
-	admin, err := startAdmin(*dir, store, log)
+	abs, _ := filepath.Abs(filepath.Join(dir, dbFile))
+	admin, err := startAdmin(dir, store, log)
 	if err != nil {
 		return err
 	}
@@ -128,23 +129,23 @@ func serve(args []string, stdout, stderr io.Writer) error {
 
 	var shutdown func()
 	switch {
-	case *clusterName != "":
-		cc := actors.ClusterConfig{Name: *clusterName, Members: members, Shards: *shards, HealthInterval: *health,
-			MaxMessageBytes: *maxMsg, Logger: log}
-		node, err := actors.StartMember(sys, store, cfg, cc, *listen)
+	case clusterName != "":
+		cc := actors.ClusterConfig{Name: clusterName, Members: members, Shards: cfg.Shards, HealthInterval: file.Cluster.HealthInterval,
+			MaxMessageBytes: file.Remoting.MaxMessageBytes, Logger: log}
+		node, err := actors.StartMember(sys, store, cfg, cc, listen)
 		if err != nil {
 			return err
 		}
-		healthAddr, _ := actors.HealthAddress(*listen)
-		log.Info("stateindex serving", append([]any{"data", abs, "cluster", *clusterName, "member", *listen, "kind", actors.KindOf(*listen),
-			"members", strings.Join(members, ","), "health", healthAddr, "shards", *shards}, jattrs...)...)
+		healthAddr, _ := actors.HealthAddress(listen)
+		log.Info("stateindex serving", append([]any{"data", abs, "cluster", clusterName, "member", listen, "kind", actors.KindOf(listen),
+			"members", strings.Join(members, ","), "health", healthAddr, "shards", cfg.Shards}, jattrs...)...)
 		shutdown = node.Stop
-	case *listen != "":
-		host, port, err := splitHostPort(*listen)
+	case listen != "":
+		host, port, err := splitHostPort(listen)
 		if err != nil {
 			return err
 		}
-		r, err := actors.StartRemote(sys, actors.RemoteConfigWithLimit(host, port, *maxMsg))
+		r, err := actors.StartRemote(sys, actors.RemoteConfigWithLimit(host, port, file.Remoting.MaxMessageBytes))
 		if err != nil {
 			return err
 		}
@@ -153,7 +154,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			r.Shutdown(false)
 			return err
 		}
-		gw, err := srv.Expose(&actors.ExposeOptions{MaxMessageBytes: *maxMsg})
+		gw, err := srv.Expose(&actors.ExposeOptions{MaxMessageBytes: file.Remoting.MaxMessageBytes})
 		if err != nil {
 			srv.Stop()
 			r.Shutdown(false)

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,7 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/internal/config"
 )
 
 func TestServeRefusesIncompleteClusterFlags(t *testing.T) {
@@ -48,4 +52,85 @@ func TestServeRefusesAClusterMembersFileStandalone(t *testing.T) {
 func TestParsePeersAddsSelf(t *testing.T) {
 	assert.Equal(t, []string{"a:1", "b:2", "c:3"}, parsePeers("c:3, a:1,,c:3", "b:2"))
 	assert.Equal(t, []string{"a:1", "b:2"}, parsePeers("a:1,b:2", "b:2"))
+}
+
+func TestServeConfigAppliesTheFileAndFlags(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "si.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`shards: 3
+snapshot_every: 7
+cache: {scopes: 11, mib: 5}
+max_pending: 13
+journal: {enabled: off, segment_mib: 2, segments: 3, apply_interval: 50ms, apply_mib: 1}
+idempotency: {horizon: 2d, clock_skew: 1m}
+tokens: {ttl: 1h, max_ttl: 2h}
+limits: {max_depth: 9, max_content_bytes: 1000}
+request_timeout: 5s
+`), 0o600))
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	flags := config.RegisterFlags(fs)
+	require.NoError(t, fs.Parse([]string{"--config", path, "--shards", "5", "--cache-mib", "6"}))
+	file, err := flags.Resolve()
+	require.NoError(t, err)
+
+	cfg, opts := serveConfig(file)
+	d := actors.DefaultConfig()
+	assert.Equal(t, 5, cfg.Shards, "the flag overrides the file")
+	assert.Equal(t, int64(7), cfg.SnapshotEvery)
+	assert.Equal(t, 11, cfg.CacheScopes)
+	assert.Equal(t, int64(6)<<20, cfg.CacheBytes)
+	assert.Equal(t, 13, cfg.MaxPending)
+	assert.Equal(t, 48*time.Hour, cfg.RequestHorizon)
+	assert.Equal(t, time.Minute, cfg.ClockSkew)
+	assert.Equal(t, time.Hour, cfg.TokenTTL)
+	assert.Equal(t, 2*time.Hour, cfg.MaxTokenTTL)
+	assert.Equal(t, 5*time.Second, cfg.RequestTimeout)
+	assert.Equal(t, int64(9), cfg.Frames.MaxDepth)
+	assert.Equal(t, 1000, cfg.Frames.MaxContentBytes)
+	assert.Equal(t, d.Frames.MaxGoalBytes, cfg.Frames.MaxGoalBytes, "a limit the file leaves alone keeps its default")
+	assert.Equal(t, eventstore.Options{OpenTimeout: 2 * time.Second, JournalOff: true, JournalSegmentBytes: 2 << 20, JournalSegments: 3,
+		ApplyInterval: 50 * time.Millisecond, ApplyBytes: 1 << 20}, opts)
+}
+
+func TestServeWithoutConfigKeepsTheDefaults(t *testing.T) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	flags := config.RegisterFlags(fs)
+	require.NoError(t, fs.Parse(nil))
+	file, err := flags.Resolve()
+	require.NoError(t, err)
+	cfg, opts := serveConfig(file)
+	d := actors.DefaultConfig()
+	assert.Equal(t, "./data", file.DataDir)
+	assert.Equal(t, "info", file.LogLevel)
+	assert.Equal(t, []any{d.Shards, d.SnapshotEvery, d.CacheScopes, d.CacheBytes, d.MaxPending, d.RequestHorizon, d.ClockSkew, d.TokenTTL, d.MaxTokenTTL, d.RequestTimeout, d.Frames},
+		[]any{cfg.Shards, cfg.SnapshotEvery, cfg.CacheScopes, cfg.CacheBytes, cfg.MaxPending, cfg.RequestHorizon, cfg.ClockSkew, cfg.TokenTTL, cfg.MaxTokenTTL, cfg.RequestTimeout, cfg.Frames})
+	assert.False(t, opts.JournalOff)
+	assert.Equal(t, eventstore.DefaultJournalSegmentBytes, opts.JournalSegmentBytes)
+	assert.Equal(t, eventstore.DefaultJournalSegments, opts.JournalSegments)
+	assert.Equal(t, eventstore.DefaultApplyInterval, opts.ApplyInterval)
+	assert.Equal(t, eventstore.DefaultApplyBytes, opts.ApplyBytes)
+}
+
+func TestServeRefusesABadOrUnappliedConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		args       []string
+		want       string
+	}{
+		{"a bad value", "cache:\n  mib: -1\n", nil, "si.yaml:2: cache.mib must be positive, got -1"},
+		{"a bad flag over a good file", "shards: 2\n", []string{"--shards", "0"}, "--shards must be positive, got 0"},
+		{"retention that removes", "retention:\n  on_completion: delete\n", nil, "retention/expiry are configured but this build does not apply them yet"},
+		{"expiry", "expiry:\n  overrides:\n    - {scope_prefix: tmp, inactive_after: 1h}\n", nil, "retention/expiry are configured but this build does not apply them yet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "si.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(tc.yaml), 0o600))
+			var out, errb bytes.Buffer
+			code := run(append([]string{"serve", "--config", path, "--data", filepath.Join(dir, "data")}, tc.args...), &out, &errb)
+			assert.Equal(t, 1, code)
+			assert.Contains(t, errb.String(), tc.want)
+			assert.NoDirExists(t, filepath.Join(dir, "data"), "nothing is created before the configuration is accepted")
+		})
+	}
 }

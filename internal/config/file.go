@@ -1,0 +1,158 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/actors/wire"
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
+)
+
+// File is a resolved configuration: the built-in defaults, overlaid by the
+// file (and the files it extends), overlaid by the flags given.
+type File struct {
+	DataDir        string // data directory; a relative path in a file is relative to that file
+	LogLevel       string // debug, info, warn or error
+	Shards         int
+	SnapshotEvery  int64
+	Cache          Cache
+	MaxPending     int
+	Journal        Journal
+	Idempotency    Idempotency
+	Tokens         Tokens
+	Limits         frames.Config
+	RequestTimeout time.Duration
+	Remoting       Remoting
+	Cluster        Cluster
+	Retention      Retention
+	Expiry         Expiry
+
+	// Sources lists the files read, the named one first, then each base.
+	Sources []string
+
+	origins map[string]Origin // by key path; absent means the default
+}
+
+// Cache bounds the hot scopes kept in memory.
+type Cache struct {
+	Scopes int
+	MiB    int64
+}
+
+// Journal configures the write-ahead journal (eventstore.Options).
+type Journal struct {
+	Enabled       bool
+	SegmentMiB    int
+	Segments      int
+	ApplyInterval time.Duration
+	ApplyMiB      int
+}
+
+// Idempotency is how long request ids are remembered (actors.Config
+// RequestHorizon and ClockSkew).
+type Idempotency struct {
+	Horizon   time.Duration
+	ClockSkew time.Duration
+}
+
+// Tokens sets suspension tokens' default and largest lifetime.
+type Tokens struct {
+	TTL    time.Duration
+	MaxTTL time.Duration
+}
+
+// Remoting configures Proto.Actor remoting.
+type Remoting struct {
+	Listen          string // HOST:PORT; "" serves in-process only
+	MaxMessageBytes int
+}
+
+// Cluster configures membership of a Proto.Actor cluster.
+type Cluster struct {
+	Name           string // "" runs standalone
+	Peers          []string
+	HealthInterval time.Duration
+}
+
+// Origin says where a value came from: a file and line, a flag, or (the
+// zero Origin) the built-in default.
+type Origin struct {
+	File string
+	Line int
+	Flag string
+}
+
+func (o Origin) String() string {
+	switch {
+	case o.Flag != "":
+		return "flag --" + o.Flag
+	case o.File != "":
+		return fmt.Sprintf("%s:%d", o.File, o.Line)
+	default:
+		return "default"
+	}
+}
+
+// Default returns the built-in configuration: the defaults of
+// actors.DefaultConfig, eventstore.Options and the serve command's flags.
+func Default() *File {
+	d := actors.DefaultConfig()
+	return &File{
+		DataDir:        "./data",
+		LogLevel:       "info",
+		Shards:         d.Shards,
+		SnapshotEvery:  d.SnapshotEvery,
+		Cache:          Cache{Scopes: d.CacheScopes, MiB: d.CacheBytes >> 20},
+		MaxPending:     d.MaxPending,
+		Journal:        Journal{Enabled: true, SegmentMiB: eventstore.DefaultJournalSegmentBytes >> 20, Segments: eventstore.DefaultJournalSegments, ApplyInterval: eventstore.DefaultApplyInterval, ApplyMiB: eventstore.DefaultApplyBytes >> 20},
+		Idempotency:    Idempotency{Horizon: d.RequestHorizon, ClockSkew: d.ClockSkew},
+		Tokens:         Tokens{TTL: d.TokenTTL, MaxTTL: d.MaxTokenTTL},
+		Limits:         d.Frames,
+		RequestTimeout: d.RequestTimeout,
+		Remoting:       Remoting{MaxMessageBytes: wire.DefaultMaxBytes},
+		Cluster:        Cluster{HealthInterval: time.Second},
+		Retention:      Retention{Default: RetentionPolicy{KeepLastN: 10, DeleteOlderThan: 7 * 24 * time.Hour, OnCompletion: Keep, ArchiveDir: "archive"}},
+		origins:        map[string]Origin{},
+	}
+}
+
+// Origin returns where the value at a key path ("cache.scopes",
+// "retention.overrides[0].keep_last_n") came from.
+func (f *File) Origin(key string) Origin { return f.origins[key] }
+
+// ActorsConfig returns base with every setting of the file that
+// actors.Config holds. Keys, clock, logger and strategies stay base's.
+func (f *File) ActorsConfig(base actors.Config) actors.Config {
+	c := base
+	c.Frames = f.Limits
+	c.Shards = f.Shards
+	c.SnapshotEvery = f.SnapshotEvery
+	c.CacheScopes, c.CacheBytes = f.Cache.Scopes, f.Cache.MiB<<20
+	c.MaxPending = f.MaxPending
+	c.RequestHorizon, c.ClockSkew = f.Idempotency.Horizon, f.Idempotency.ClockSkew
+	c.TokenTTL, c.MaxTokenTTL = f.Tokens.TTL, f.Tokens.MaxTTL
+	c.RequestTimeout = f.RequestTimeout
+	return c
+}
+
+// StoreOptions returns the eventstore options the file sets (the journal).
+func (f *File) StoreOptions() eventstore.Options {
+	return eventstore.Options{
+		JournalOff:          !f.Journal.Enabled,
+		JournalSegmentBytes: f.Journal.SegmentMiB << 20,
+		JournalSegments:     f.Journal.Segments,
+		ApplyInterval:       f.Journal.ApplyInterval,
+		ApplyBytes:          f.Journal.ApplyMiB << 20,
+	}
+}
+
+// HistoryPolicies returns the resolved retention and expiry policies, for
+// the code that applies them (Retention.For and Expiry.For give a scope's).
+func (f *File) HistoryPolicies() (Retention, Expiry) { return f.Retention, f.Expiry }
+
+// HistoryPoliciesEnabled reports whether the configuration asks for
+// anything to be removed: retention that archives or deletes, for the
+// server or any prefix, or an inactivity expiry.
+func (f *File) HistoryPoliciesEnabled() bool { return f.Retention.Enabled() || f.Expiry.Enabled() }

@@ -1,0 +1,353 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Load reads the file at path, following its extends chain, and resolves
+// it over the defaults. An empty path gives the defaults.
+func Load(path string) (*File, error) { return resolve(path, nil) }
+
+// resolve builds a File: defaults, then the file, then the flags given
+// (name, value pairs in command-line order), then the checks that span
+// several keys.
+func resolve(path string, flags [][2]string) (*File, error) {
+	f := Default()
+	if path != "" {
+		l := &loader{files: map[*yaml.Node]string{}}
+		root, err := l.load(path, Origin{})
+		if err != nil {
+			return nil, err
+		}
+		f.Sources = l.sources
+		if err := f.applyMap(root, "", l.files); err != nil {
+			return nil, err
+		}
+	}
+	for _, fl := range flags {
+		if err := f.SetFlag(fl[0], fl[1]); err != nil {
+			return nil, err
+		}
+	}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// SetFlag applies a serve flag's value (name without dashes) as the
+// command line does, checked by the same rules as a file's value.
+func (f *File) SetFlag(name, value string) error {
+	if f.origins == nil {
+		f.origins = map[string]Origin{}
+	}
+	for _, s := range settings {
+		if s.flag == name {
+			o := Origin{Flag: name}
+			if err := assign(s.spec, s.field(f), nil, value, o, s.key); err != nil {
+				return err
+			}
+			f.origins[s.key] = o
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: no setting has the flag --%s", ErrInvalid, name)
+}
+
+// check applies the rules that involve more than one key.
+func (f *File) check() error {
+	name, peers := f.Origin("cluster.name"), f.Origin("cluster.peers")
+	switch {
+	case f.Cluster.Name != "" && (f.Remoting.Listen == "" || len(f.Cluster.Peers) == 0):
+		if name.Flag != "" {
+			return errAt(name, "", "needs --listen and --peers")
+		}
+		return errAt(name, "cluster.name", "needs remoting.listen (--listen) and cluster.peers (--peers)")
+	case f.Cluster.Name == "" && len(f.Cluster.Peers) > 0:
+		if peers.Flag != "" {
+			return errAt(peers, "", "needs --cluster")
+		}
+		return errAt(peers, "cluster.peers", "needs cluster.name (--cluster)")
+	case f.Tokens.TTL > f.Tokens.MaxTTL:
+		return errAt(f.Origin("tokens.ttl"), "tokens.ttl", "(%s) must not exceed tokens.max_ttl (%s)", formatDuration(f.Tokens.TTL), formatDuration(f.Tokens.MaxTTL))
+	}
+	return nil
+}
+
+// loader reads a chain of files. files maps every node read to the file
+// it came from, so a value keeps its file through the merge.
+type loader struct {
+	files   map[*yaml.Node]string
+	stack   []string // absolute paths of the files being read, outermost first
+	names   []string // the same as given
+	sources []string
+}
+
+// load reads path and the files it extends, and returns the merged root
+// mapping. from is the extends key that named path (zero for the top file).
+func (l *loader) load(path string, from Origin) (*yaml.Node, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if i := slices.Index(l.stack, abs); i >= 0 {
+		return nil, errAt(from, "extends", "makes a cycle: %s", strings.Join(append(slices.Clone(l.names[i:]), path), " → "))
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if from.File != "" {
+			return nil, errAt(from, "extends", "names a file that cannot be read: %v", err)
+		}
+		return nil, fmt.Errorf("reading the configuration: %w", err)
+	}
+	l.sources = append(l.sources, path)
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		var te *yaml.TypeError
+		msg := err.Error()
+		if errors.As(err, &te) {
+			msg = strings.Join(te.Errors, "; ")
+		}
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		line := 0
+		if rest, ok := strings.CutPrefix(msg, "line "); ok {
+			if n, after, ok := strings.Cut(rest, ": "); ok {
+				if v, err := strconv.Atoi(n); err == nil {
+					line, msg = v, after
+				}
+			}
+		}
+		return nil, &Error{File: path, Line: line, Msg: "not valid YAML: " + msg}
+	}
+	root := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: 1}
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		root = doc.Content[0]
+	}
+	if isNull(root) {
+		root = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: root.Line}
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, &Error{File: path, Line: root.Line, Msg: fmt.Sprintf("must hold a mapping of settings, got %s", describe(root))}
+	}
+	root = l.own(root, path)
+	if err := checkDuplicates(root, "", path); err != nil {
+		return nil, err
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if k.Value != "extends" || isNull(v) {
+			continue
+		}
+		at := Origin{File: path, Line: k.Line}
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" || v.Value == "" {
+			return nil, errAt(at, "extends", "must be a file name, got %s", describe(v))
+		}
+		base := v.Value
+		if !filepath.IsAbs(base) {
+			base = filepath.Join(filepath.Dir(path), base)
+		}
+		l.stack, l.names = append(l.stack, abs), append(l.names, path)
+		under, err := l.load(base, at)
+		l.stack, l.names = l.stack[:len(l.stack)-1], l.names[:len(l.names)-1]
+		if err != nil {
+			return nil, err
+		}
+		return l.merge(under, root), nil // one extends per file (a second is refused as a duplicate key)
+	}
+	return root, nil
+}
+
+// own records path as the file of every node under n, replacing aliases
+// by the nodes they stand for.
+func (l *loader) own(n *yaml.Node, path string) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if _, done := l.files[n]; done {
+		return n
+	}
+	l.files[n] = path
+	for i, c := range n.Content {
+		n.Content[i] = l.own(c, path)
+	}
+	return n
+}
+
+// merge lays over on base: mappings merge key by key, anything else in
+// over replaces, a null in over removes the key.
+func (l *loader) merge(base, over *yaml.Node) *yaml.Node {
+	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: over.Line}
+	l.files[out] = l.files[over]
+	overAt := map[string]int{}
+	for i := 0; i+1 < len(over.Content); i += 2 {
+		overAt[over.Content[i].Value] = i
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(base.Content); i += 2 {
+		k, v := base.Content[i], base.Content[i+1]
+		if k.Value == "extends" {
+			continue // the base's own base is merged in already
+		}
+		j, ok := overAt[k.Value]
+		if !ok {
+			out.Content = append(out.Content, k, v)
+			continue
+		}
+		seen[k.Value] = true
+		ok2, ov := over.Content[j], over.Content[j+1]
+		switch {
+		case isNull(ov):
+		case v.Kind == yaml.MappingNode && ov.Kind == yaml.MappingNode:
+			out.Content = append(out.Content, ok2, l.merge(v, ov))
+		default:
+			out.Content = append(out.Content, ok2, ov)
+		}
+	}
+	for i := 0; i+1 < len(over.Content); i += 2 {
+		k, v := over.Content[i], over.Content[i+1]
+		if !seen[k.Value] && !isNull(v) && k.Value != "extends" {
+			out.Content = append(out.Content, k, v)
+		}
+	}
+	return out
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == 0 || n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// checkDuplicates refuses a key given twice in one mapping of one file.
+func checkDuplicates(m *yaml.Node, prefix, path string) error {
+	first := map[string]int{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if line, dup := first[k.Value]; dup {
+			return errAt(Origin{File: path, Line: k.Line}, prefix+k.Value, "is given twice (first at line %d)", line)
+		}
+		first[k.Value] = k.Line
+		if v.Kind == yaml.MappingNode {
+			if err := checkDuplicates(v, prefix+k.Value+".", path); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// applyMap sets the File from a merged mapping at key path prefix.
+func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string) error {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		key := prefix + k.Value
+		o := Origin{File: files[k], Line: k.Line}
+		if key == "extends" || isNull(v) {
+			continue
+		}
+		s := settingFor(key)
+		switch {
+		case s != nil && s.overrides:
+			if err := f.applyOverrides(key, v, o, files); err != nil {
+				return err
+			}
+		case s != nil:
+			if err := assign(s.spec, s.field(f), v, "", o, key); err != nil {
+				return err
+			}
+			if key == "data_dir" && !filepath.IsAbs(f.DataDir) {
+				f.DataDir = filepath.Join(filepath.Dir(o.File), f.DataDir) // relative to the file that says it
+			}
+		case isSection(key):
+			if v.Kind != yaml.MappingNode {
+				return errAt(o, key, "must be a mapping, got %s", describe(v))
+			}
+			if err := f.applyMap(v, key+".", files); err != nil {
+				return err
+			}
+			continue
+		default:
+			return errAt(o, key, "is not a known key (known here: %s)", strings.Join(knownUnder(prefix), ", "))
+		}
+		f.origins[key] = o
+	}
+	return nil
+}
+
+// applyOverrides reads retention.overrides or expiry.overrides: a list of
+// mappings, each with a scope_prefix and the keys it changes.
+func (f *File) applyOverrides(key string, v *yaml.Node, o Origin, files map[*yaml.Node]string) error {
+	if v.Kind != yaml.SequenceNode {
+		return errAt(o, key, "must be a list of {scope_prefix: ..., ...}, got %s", describe(v))
+	}
+	prefixes := map[string]int{}
+	for i, item := range v.Content {
+		at := fmt.Sprintf("%s[%d]", key, i)
+		io := Origin{File: files[item], Line: item.Line}
+		if item.Kind != yaml.MappingNode {
+			return errAt(io, at, "must be a mapping {scope_prefix: ..., ...}, got %s", describe(item))
+		}
+		var ro RetentionOverride
+		var eo ExpiryOverride
+		hasPrefix := false
+		for j := 0; j+1 < len(item.Content); j += 2 {
+			k, val := item.Content[j], item.Content[j+1]
+			sub := at + "." + k.Value
+			ko := Origin{File: files[k], Line: k.Line}
+			if isNull(val) {
+				continue
+			}
+			var ptr any
+			var sp spec
+			switch {
+			case k.Value == "scope_prefix":
+				ptr, sp, hasPrefix = &ro.ScopePrefix, spec{nonEmpty: true}, true
+			case key == "expiry.overrides" && k.Value == "inactive_after":
+				eo.InactiveAfter = new(time.Duration)
+				ptr, sp = eo.InactiveAfter, nonNegative()
+			case key == "retention.overrides":
+				for _, rk := range retentionKeys {
+					if rk.key == k.Value {
+						ptr, sp = rk.ovr(&ro), rk.spec
+					}
+				}
+			}
+			if ptr == nil {
+				known := "scope_prefix, inactive_after"
+				if key == "retention.overrides" {
+					known = "scope_prefix"
+					for _, rk := range retentionKeys {
+						known += ", " + rk.key
+					}
+				}
+				return errAt(ko, sub, "is not a known key (known here: %s)", known)
+			}
+			if err := assign(sp, ptr, val, "", ko, sub); err != nil {
+				return err
+			}
+			f.origins[sub] = ko
+		}
+		if !hasPrefix {
+			return errAt(io, at, "needs a scope_prefix")
+		}
+		if line, dup := prefixes[ro.ScopePrefix]; dup {
+			return errAt(f.origins[at+".scope_prefix"], at+".scope_prefix", "%q is given twice (first at line %d)", ro.ScopePrefix, line)
+		}
+		prefixes[ro.ScopePrefix] = f.origins[at+".scope_prefix"].Line
+		f.origins[at] = io
+		if key == "retention.overrides" {
+			f.Retention.Overrides = append(f.Retention.Overrides, ro)
+		} else {
+			eo.ScopePrefix = ro.ScopePrefix
+			f.Expiry.Overrides = append(f.Expiry.Overrides, eo)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,321 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// spec bounds one value. The value's type is the type its field points to:
+// *int and *int64 are integers, *time.Duration a duration, *string a
+// string, *bool on/off, *[]string a list of strings.
+type spec struct {
+	min, max int64             // integers and durations: the least (and, if max > 0, largest) value
+	enum     []string          // strings: the values allowed (nil: any)
+	nonEmpty bool              // strings: "" is refused
+	check    func(string) bool // strings: an extra test; false refuses the value
+	want     string            // what check wants, for the message
+}
+
+// setting is one key of the file, in the order Explain prints them.
+type setting struct {
+	key   string // key path
+	flag  string // serve's flag for it, if any
+	usage string // the flag's help text
+	spec
+	field     func(*File) any // a pointer to the value in a File; nil for an overrides list
+	overrides bool            // a list of per-prefix overrides (retention.overrides, expiry.overrides)
+}
+
+func positive() spec    { return spec{min: 1} }
+func nonNegative() spec { return spec{min: 0} }
+
+var onCompletion = spec{enum: []string{Keep, Archive, Delete}}
+
+// retentionKeys are the keys of a retention policy: the server's defaults
+// under retention:, and each override's.
+var retentionKeys = []struct {
+	key string
+	spec
+	def func(*RetentionPolicy) any
+	ovr func(*RetentionOverride) any // allocates the override's field
+}{
+	{"keep_last_n", nonNegative(), func(p *RetentionPolicy) any { return &p.KeepLastN },
+		func(o *RetentionOverride) any { o.KeepLastN = new(int); return o.KeepLastN }},
+	{"delete_older_than", nonNegative(), func(p *RetentionPolicy) any { return &p.DeleteOlderThan },
+		func(o *RetentionOverride) any { o.DeleteOlderThan = new(time.Duration); return o.DeleteOlderThan }},
+	{"on_completion", onCompletion, func(p *RetentionPolicy) any { return &p.OnCompletion },
+		func(o *RetentionOverride) any { o.OnCompletion = new(string); return o.OnCompletion }},
+	{"archive_dir", spec{nonEmpty: true}, func(p *RetentionPolicy) any { return &p.ArchiveDir },
+		func(o *RetentionOverride) any { o.ArchiveDir = new(string); return o.ArchiveDir }},
+}
+
+var logLevel = spec{check: func(s string) bool { var l slog.Level; return l.UnmarshalText([]byte(s)) == nil }, want: "debug, info, warn or error"}
+
+// settings is the schema: every key a file may set.
+var settings = func() []setting {
+	s := []setting{
+		{key: "data_dir", flag: "data", usage: "data directory (holds stateindex.db and server.key)", spec: spec{nonEmpty: true}, field: func(f *File) any { return &f.DataDir }},
+		{key: "log_level", flag: "log-level", usage: "debug, info, warn or error", spec: logLevel, field: func(f *File) any { return &f.LogLevel }},
+		{key: "shards", flag: "shards", usage: "shard actors (a scope always lands on the same one); in a cluster the same on every member", spec: positive(), field: func(f *File) any { return &f.Shards }},
+		{key: "snapshot_every", flag: "snapshot-every", usage: "events between a scope's snapshots", spec: positive(), field: func(f *File) any { return &f.SnapshotEvery }},
+		{key: "cache.scopes", flag: "cache-scopes", usage: "hot scopes kept in memory", spec: positive(), field: func(f *File) any { return &f.Cache.Scopes }},
+		{key: "cache.mib", flag: "cache-mib", usage: "approximate memory bound of hot scopes, MiB", spec: positive(), field: func(f *File) any { return &f.Cache.MiB }},
+		{key: "max_pending", spec: positive(), field: func(f *File) any { return &f.MaxPending }},
+		{key: "journal.enabled", flag: "journal", usage: "on: an append is durable once in the write-ahead journal (one fdatasync per group commit), applied to bbolt in the background; off: every group commit is a bbolt transaction", field: func(f *File) any { return &f.Journal.Enabled }},
+		{key: "journal.segment_mib", spec: spec{min: 1, max: 1024}, field: func(f *File) any { return &f.Journal.SegmentMiB }},
+		{key: "journal.segments", spec: spec{min: 2}, field: func(f *File) any { return &f.Journal.Segments }},
+		{key: "journal.apply_interval", spec: positive(), field: func(f *File) any { return &f.Journal.ApplyInterval }},
+		{key: "journal.apply_mib", spec: positive(), field: func(f *File) any { return &f.Journal.ApplyMiB }},
+		{key: "idempotency.horizon", spec: positive(), field: func(f *File) any { return &f.Idempotency.Horizon }},
+		{key: "idempotency.clock_skew", spec: positive(), field: func(f *File) any { return &f.Idempotency.ClockSkew }},
+		{key: "tokens.ttl", spec: positive(), field: func(f *File) any { return &f.Tokens.TTL }},
+		{key: "tokens.max_ttl", spec: positive(), field: func(f *File) any { return &f.Tokens.MaxTTL }},
+		{key: "limits.max_scope_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxScopeBytes }},
+		{key: "limits.max_id_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxIDBytes }},
+		{key: "limits.max_goal_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxGoalBytes }},
+		{key: "limits.max_inputs_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxInputsBytes }},
+		{key: "limits.max_content_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxContentBytes }},
+		{key: "limits.max_name_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxNameBytes }},
+		{key: "limits.max_depth", spec: positive(), field: func(f *File) any { return &f.Limits.MaxDepth }},
+		{key: "limits.max_handles_per_frame", spec: positive(), field: func(f *File) any { return &f.Limits.MaxHandlesPerFrame }},
+		{key: "request_timeout", spec: positive(), field: func(f *File) any { return &f.RequestTimeout }},
+		{key: "remoting.listen", flag: "listen", usage: "serve remote actors over Proto.Actor remoting at HOST:PORT (the address they reach it at)", field: func(f *File) any { return &f.Remoting.Listen }},
+		{key: "remoting.max_message_bytes", flag: "max-message-bytes", usage: "largest encoded remote request or reply", spec: positive(), field: func(f *File) any { return &f.Remoting.MaxMessageBytes }},
+		{key: "cluster.name", flag: "cluster", usage: "join the Proto.Actor cluster NAME as a storage member (needs --listen and --peers)", field: func(f *File) any { return &f.Cluster.Name }},
+		{key: "cluster.peers", flag: "peers", usage: "the cluster's storage members, HOST:PORT,... (their --listen addresses; this member is added); the same list on every member and client", field: func(f *File) any { return &f.Cluster.Peers }},
+		{key: "cluster.health_interval", flag: "health-interval", usage: "cluster: how often members poll each other's health endpoint (each member's --listen port + 1)", spec: positive(), field: func(f *File) any { return &f.Cluster.HealthInterval }},
+	}
+	for _, k := range retentionKeys {
+		s = append(s, setting{key: "retention." + k.key, spec: k.spec, field: func(f *File) any { return k.def(&f.Retention.Default) }})
+	}
+	s = append(s,
+		setting{key: "retention.overrides", overrides: true},
+		setting{key: "expiry.inactive_after", spec: nonNegative(), field: func(f *File) any { return &f.Expiry.Default.InactiveAfter }},
+		setting{key: "expiry.overrides", overrides: true},
+	)
+	return s
+}()
+
+func settingFor(key string) *setting {
+	for i := range settings {
+		if settings[i].key == key {
+			return &settings[i]
+		}
+	}
+	return nil
+}
+
+// knownUnder returns the keys directly under a section ("" is the top), in
+// schema order.
+func knownUnder(section string) []string {
+	var out []string
+	for _, s := range settings {
+		rest, ok := strings.CutPrefix(s.key, section)
+		if section != "" && !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, ".")
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// isSection reports whether key is a mapping of the schema (cache, journal…).
+func isSection(key string) bool {
+	for _, s := range settings {
+		if strings.HasPrefix(s.key, key+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// assign checks a value and stores it through ptr. The value is a YAML
+// node from a file, or (node nil) a flag's text. Files and flags go through
+// this one function, so both obey the same rules.
+func assign(sp spec, ptr any, node *yaml.Node, text string, o Origin, key string) error {
+	fail := func(format string, args ...any) error { return errAt(o, key, format, args...) }
+	if node != nil {
+		if node.Kind == yaml.ScalarNode {
+			text = node.Value
+		} else if _, list := ptr.(*[]string); !list {
+			return fail("must be %s, got %s", wantOf(ptr), describe(node))
+		}
+	}
+	tagIs := func(tags ...string) bool { return node == nil || slices.Contains(tags, node.ShortTag()) }
+	switch p := ptr.(type) {
+	case *int, *int64:
+		var n int64
+		var err error
+		if node != nil {
+			err = node.Decode(&n) // YAML's own integer syntax
+		} else {
+			n, err = strconv.ParseInt(text, 0, 64) // as the flag package reads an int
+		}
+		if !tagIs("!!int") || err != nil {
+			return fail("must be an integer, got %s", describeText(node, text))
+		}
+		if n < sp.min {
+			return fail("%s, got %d", atLeast(sp.min), n)
+		}
+		if sp.max > 0 && n > sp.max {
+			return fail("must be at most %d, got %d", sp.max, n)
+		}
+		if q, ok := p.(*int); ok {
+			*q = int(n)
+		} else {
+			*p.(*int64) = n
+		}
+	case *time.Duration:
+		d, err := ParseDuration(text)
+		if !tagIs("!!str", "!!int") || err != nil {
+			return fail(`must be a duration ("90s", "10m", "168h", "7d"), got %s`, describeText(node, text))
+		}
+		if int64(d) < sp.min {
+			return fail("%s, got %s", atLeast(sp.min), text)
+		}
+		*p = d
+	case *string:
+		if !tagIs("!!str") {
+			return fail("must be a string, got %s", describe(node))
+		}
+		switch {
+		case sp.nonEmpty && text == "":
+			return fail("must not be empty")
+		case sp.enum != nil && !slices.Contains(sp.enum, text):
+			return fail("must be one of %s, got %q", strings.Join(sp.enum, ", "), text)
+		case sp.check != nil && !sp.check(text):
+			return fail("must be %s, got %q", sp.want, text)
+		}
+		*p = text
+	case *bool:
+		text = strings.ToLower(text)
+		switch {
+		case tagIs("!!bool", "!!str") && (text == "on" || text == "true"):
+			*p = true
+		case tagIs("!!bool", "!!str") && (text == "off" || text == "false"):
+			*p = false
+		default:
+			return fail("must be on or off, got %s", describeText(node, text))
+		}
+	case *[]string:
+		var items []string
+		if node == nil {
+			for _, it := range strings.Split(text, ",") {
+				if it = strings.TrimSpace(it); it != "" {
+					items = append(items, it)
+				}
+			}
+		} else {
+			if node.Kind != yaml.SequenceNode {
+				return fail("must be a list of strings, got %s", describe(node))
+			}
+			for i, it := range node.Content {
+				if it.Kind != yaml.ScalarNode || it.ShortTag() != "!!str" || it.Value == "" {
+					return errAt(Origin{File: o.File, Line: it.Line}, fmt.Sprintf("%s[%d]", key, i), "must be a non-empty string, got %s", describe(it))
+				}
+				items = append(items, it.Value)
+			}
+		}
+		*p = items
+	default:
+		return fail("has no rule for values of type %T (a bug in the schema)", ptr)
+	}
+	return nil
+}
+
+func atLeast(min int64) string {
+	switch min {
+	case 0:
+		return "must not be negative"
+	case 1:
+		return "must be positive"
+	}
+	return fmt.Sprintf("must be at least %d", min)
+}
+
+func wantOf(ptr any) string {
+	switch ptr.(type) {
+	case *int, *int64:
+		return "an integer"
+	case *time.Duration:
+		return "a duration"
+	case *bool:
+		return "on or off"
+	case *[]string:
+		return "a list of strings"
+	}
+	return "a string"
+}
+
+// describe names a node's kind and value for a message.
+func describe(n *yaml.Node) string {
+	switch {
+	case n == nil:
+		return "nothing"
+	case n.Kind == yaml.MappingNode:
+		return "a mapping"
+	case n.Kind == yaml.SequenceNode:
+		return "a list"
+	}
+	return fmt.Sprintf("%s %q", strings.TrimPrefix(n.ShortTag(), "!!"), n.Value)
+}
+
+func describeText(n *yaml.Node, text string) string {
+	if n != nil {
+		return describe(n)
+	}
+	return strconv.Quote(text)
+}
+
+// ParseDuration parses a Go duration ("90s", "1h30m", "168h") or a number
+// of days with an optional Go duration after it ("7d", "1d12h").
+func ParseDuration(s string) (time.Duration, error) {
+	if neg, ok := strings.CutPrefix(s, "-"); ok && strings.Contains(neg, "d") {
+		d, err := ParseDuration(neg)
+		return -d, err
+	}
+	if days, rest, ok := strings.Cut(s, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
+		n, err := strconv.ParseInt(days, 10, 32)
+		if err != nil {
+			return 0, err
+		}
+		d := time.Duration(n) * 24 * time.Hour
+		if rest != "" {
+			r, err := time.ParseDuration(rest)
+			if err != nil || r < 0 {
+				return 0, fmt.Errorf("config: bad duration %q", s)
+			}
+			d += r
+		}
+		return d, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// formatDuration writes d the way a person would: whole days as "7d",
+// otherwise Go's form without zero units ("10m", "1h30m").
+func formatDuration(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}

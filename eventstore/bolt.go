@@ -225,7 +225,7 @@ func initFile(db *bolt.DB, path string) error {
 		})
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketStreams, bucketHeads, bucketSeq, bucketSnapshots, bucketIndex} {
+		for _, name := range [][]byte{bucketMeta, bucketStreams, bucketHeads, bucketSeq, bucketSnapshots, bucketIndex, bucketBases} {
 			if _, err := tx.CreateBucket(name); err != nil {
 				return err
 			}
@@ -240,7 +240,7 @@ func initFile(db *bolt.DB, path string) error {
 
 // buckets are the top-level buckets within one transaction.
 type buckets struct {
-	meta, streams, heads, seq, snaps, index *bolt.Bucket
+	meta, streams, heads, seq, snaps, index, bases *bolt.Bucket
 }
 
 func openBuckets(tx *bolt.Tx) (*buckets, error) {
@@ -251,8 +251,9 @@ func openBuckets(tx *bolt.Tx) (*buckets, error) {
 		seq:     tx.Bucket(bucketSeq),
 		snaps:   tx.Bucket(bucketSnapshots),
 		index:   tx.Bucket(bucketIndex),
+		bases:   tx.Bucket(bucketBases),
 	}
-	if b.meta == nil || b.streams == nil || b.heads == nil || b.seq == nil || b.snaps == nil || b.index == nil {
+	if b.meta == nil || b.streams == nil || b.heads == nil || b.seq == nil || b.snaps == nil || b.index == nil || b.bases == nil {
 		return nil, corrupt("", 0, "a top-level bucket is missing")
 	}
 	return b, nil
@@ -306,13 +307,14 @@ type boltSource struct {
 	stream string
 	key    []byte
 	heads  *bolt.Bucket
+	bases  *bolt.Bucket
 	b      *bolt.Bucket // nil if the stream has no records bucket
 	c      *bolt.Cursor
 	k8     [8]byte
 }
 
 func newBoltSource(bk *buckets, stream string) *boltSource {
-	s := &boltSource{stream: stream, key: []byte(stream), heads: bk.heads}
+	s := &boltSource{stream: stream, key: []byte(stream), heads: bk.heads, bases: bk.bases}
 	s.b = bk.streams.Bucket(s.key)
 	return s
 }
@@ -551,6 +553,9 @@ func (w *allWalker) readChunk(bk *buckets, out []Record) ([]Record, bool, error)
 	if err != nil {
 		return out, true, err
 	}
+	// Once history was removed (RemovePrefix), the sequence has gaps; Verify
+	// checks that they add up to what was removed.
+	gaps := readRemovedSeq(bk.meta) > 0
 	var (
 		curName   string
 		curBucket *bolt.Bucket
@@ -565,9 +570,10 @@ func (w *allWalker) readChunk(bk *buckets, out []Record) ([]Record, bool, error)
 			return out, true, corrupt("", 0, "malformed global index entry "+quoteBytes(k))
 		}
 		seq := binary.BigEndian.Uint64(k)
-		if seq != w.next {
+		if seq != w.next && !gaps {
 			return out, true, corrupt("", 0, fmt.Sprintf("global index is missing sequence %d", w.next))
 		}
+		w.next = seq
 		if seq > last {
 			return out, true, corrupt("", 0, fmt.Sprintf("global index has sequence %d beyond the last sequence %d", seq, last))
 		}
@@ -604,7 +610,10 @@ func (w *allWalker) readChunk(bk *buckets, out []Record) ([]Record, bool, error)
 		w.next++
 	}
 	if w.next <= last {
-		return out, true, corrupt("", 0, fmt.Sprintf("global index is missing sequence %d (last sequence is %d)", w.next, last))
+		if !gaps {
+			return out, true, corrupt("", 0, fmt.Sprintf("global index is missing sequence %d (last sequence is %d)", w.next, last))
+		}
+		w.next = last + 1
 	}
 	return out, true, nil
 }

@@ -28,6 +28,8 @@ type recordSource interface {
 	seek(v int64) (version int64, raw []byte, ok bool, err error)
 	// next moves to the following record.
 	next() (version int64, raw []byte, ok bool, err error)
+	// base returns where the stream's stored history begins (RemovePrefix).
+	base() (Base, error)
 }
 
 // chainReader walks a stream in version order and checks everything it
@@ -60,6 +62,16 @@ func newChainReader(stream string, from int64) chainReader {
 // stored bytes were read or the stream ends (end is then true). With emit it
 // appends a caller-owned Record for each to out.
 func (c *chainReader) readChunk(src recordSource, out []Record, emit bool, maxRecs, maxBytes int) (_ []Record, end bool, err error) {
+	// History removed from the stream's front (before this read, or
+	// between two of its chunks) is skipped: the chain then starts from
+	// the base's hash.
+	base, err := src.base()
+	if err != nil {
+		return out, true, err
+	}
+	if c.next <= base.Version {
+		c.next, c.prev, c.primed = base.Version+1, base.Hash, true
+	}
 	if !c.primed {
 		if done, err := c.prime(src); err != nil || done {
 			return out, true, err
@@ -107,6 +119,12 @@ func (c *chainReader) prime(src recordSource) (done bool, err error) {
 		return false, nil
 	}
 	before := c.next - 1
+	if base, err := src.base(); err != nil {
+		return true, err
+	} else if base.Version == before {
+		c.prev = base.Hash
+		return false, nil
+	}
 	raw, ok, err := src.get(before)
 	if err != nil {
 		return true, err
@@ -178,6 +196,7 @@ func (c *chainReader) brokenLink(k int64) error {
 	if k == 1 {
 		return corrupt(c.stream, 1, "version 1 has a non-zero prev hash")
 	}
+
 	return corrupt(c.stream, k-1, fmt.Sprintf(
 		"its hash does not match the prev hash stored in version %d (one of the two records was altered)", k))
 }

@@ -143,7 +143,7 @@ func putLastSeq(bk *buckets, ar *arena, seq uint64) error {
 	if err := bk.meta.Put(keyLastSeq, v); err != nil {
 		return err
 	}
-	return bk.meta.Put(keyIndexSeq, v)
+	return bk.meta.Put(keyIndexSeq, appendIndexSeq(ar.alloc(12)[:0], seq))
 }
 
 func (c *committer) streamKey(stream string) []byte {
@@ -282,8 +282,13 @@ func (c *committer) apply(tx *bolt.Tx, batch []*request, hook *func() error) err
 			continue
 		}
 		if r.kind == reqSnapshot {
-			if err := bk.snaps.Put(c.streamKey(r.stream), r.buf); err != nil {
-				return err
+			if below, err := belowBase(bk, r); err != nil || !below {
+				if err == nil {
+					err = bk.snaps.Put(c.streamKey(r.stream), r.buf)
+				}
+				if err != nil {
+					return err
+				}
 			}
 			r.wrote = true
 			continue
@@ -372,6 +377,15 @@ func (c *committer) state(bk *buckets, stream string) (streamState, error) {
 	if st.bucket != nil {
 		if k, _ := st.bucket.Cursor().Last(); len(k) == 8 {
 			last = int64(binary.BigEndian.Uint64(k))
+		}
+	}
+	if last < st.version { // every record up to the head removed (RemovePrefix)?
+		if bv := bk.bases.Get(key); bv != nil {
+			base, err := decodeBase(stream, bv)
+			if err != nil {
+				return st, err
+			}
+			last = max(last, base.Version)
 		}
 	}
 	if last != st.version {

@@ -142,3 +142,16 @@ func NoHeadCache(s *BoltStore) { s.headLimit = 0 }
 func CopyDataFile(s *BoltStore, dst string) error {
 	return s.view(func(tx *bolt.Tx) error { return tx.CopyFile(dst, 0o600) })
 }
+
+// InterruptRemovals makes RemovePrefix delete at most batch records per
+// transaction and stop with err after the first (nil restores it).
+func InterruptRemovals(batch int64, err error) {
+	if err == nil {
+		removeBatch, removeInterrupt = 20_000, nil
+		return
+	}
+	removeBatch, removeInterrupt = batch, func() error { return err }
+}
+
+// AppendIndexSeq encodes the index's sequence as the meta bucket keeps it.
+var AppendIndexSeq = appendIndexSeq

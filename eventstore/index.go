@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"runtime/debug"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -185,12 +187,32 @@ func (x *indexer) put(bk *buckets, ar *arena, stream string, version int64, raw 
 // yet (all of them in a file written before the index existed), in
 // transactions of at most batch records.
 func catchUpIndex(db *bolt.DB, batch int) error {
+	// Most opens find the index current: look first, without a write.
+	current := false
+	if err := safeView(db, func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if tx.Bucket(bucketIndex) == nil || tx.Bucket(bucketBases) == nil || meta == nil {
+			return nil
+		}
+		last, err := readLastSeq(meta)
+		if err != nil {
+			return err
+		}
+		seq, ok, err := readIndexSeq(meta)
+		current = ok && seq == last
+		return err
+	}); err != nil || current {
+		return err
+	}
 	for {
 		done := false
-		err := db.Update(func(tx *bolt.Tx) error {
-			if tx.Bucket(bucketIndex) == nil {
-				if _, err := tx.CreateBucket(bucketIndex); err != nil {
-					return err
+		err := safeUpdate(db, func(tx *bolt.Tx) error {
+			// Buckets later builds added.
+			for _, name := range [][]byte{bucketIndex, bucketBases} {
+				if tx.Bucket(name) == nil {
+					if _, err := tx.CreateBucket(name); err != nil {
+						return err
+					}
 				}
 			}
 			bk, err := openBuckets(tx)
@@ -201,14 +223,17 @@ func catchUpIndex(db *bolt.DB, batch int) error {
 			if err != nil {
 				return err
 			}
-			from := uint64(0)
-			if v := bk.meta.Get(keyIndexSeq); len(v) == 8 {
-				from = binary.BigEndian.Uint64(v)
+			from, known, err := readIndexSeq(bk.meta)
+			if err != nil {
+				return err
 			}
 			if from >= last {
 				done = true
 				if from != last {
-					return bk.meta.Put(keyIndexSeq, binary.BigEndian.AppendUint64(nil, last))
+					return corrupt("", 0, fmt.Sprintf("the index says it covers sequence %d, beyond the last sequence %d", from, last))
+				}
+				if !known {
+					return bk.meta.Put(keyIndexSeq, appendIndexSeq(nil, last))
 				}
 				return nil
 			}
@@ -240,7 +265,7 @@ func catchUpIndex(db *bolt.DB, batch int) error {
 			if n < batch {
 				through, done = last, true
 			}
-			return bk.meta.Put(keyIndexSeq, binary.BigEndian.AppendUint64(nil, through))
+			return bk.meta.Put(keyIndexSeq, appendIndexSeq(nil, through))
 		})
 		if err != nil {
 			return fmt.Errorf("eventstore: index the records an earlier build wrote: %w", err)
@@ -323,4 +348,37 @@ func (s *BoltStore) Lookup(ctx context.Context, stream, key string) (Span, bool,
 		return over, true, nil
 	}
 	return Span{}, false, nil
+}
+
+// safeUpdate is db.Update with a storage-engine panic (a damaged page met
+// while writing) turned into an error.
+func safeUpdate(db *bolt.DB, fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &CorruptionError{Reason: "the storage engine failed while writing", Err: fmt.Errorf("panic: %v", p)}
+		}
+	}()
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	return db.Update(fn)
+}
+
+// The index's sequence is stored with a CRC-32C: a damaged value would
+// otherwise pass for one an earlier build left behind.
+func appendIndexSeq(b []byte, seq uint64) []byte {
+	b = binary.BigEndian.AppendUint64(b, seq)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[len(b)-8:], castagnoli))
+}
+
+// readIndexSeq returns the last sequence the index covers; ok is false for
+// a file no build with the index wrote to.
+func readIndexSeq(meta *bolt.Bucket) (seq uint64, ok bool, err error) {
+	v := meta.Get(keyIndexSeq)
+	if v == nil {
+		return 0, false, nil
+	}
+	if len(v) != 12 || crc32.Checksum(v[:8], castagnoli) != binary.BigEndian.Uint32(v[8:]) {
+		return 0, false, corrupt("", 0, "the index's sequence in the meta bucket is damaged")
+	}
+	return binary.BigEndian.Uint64(v[:8]), true, nil
 }

@@ -108,9 +108,8 @@ func TestIndexCatchesUpOnOpen(t *testing.T) {
 		if err := tx.Bucket([]byte("index")).DeleteBucket([]byte("a")); err != nil {
 			return err
 		}
-		var v [8]byte
-		v[7] = 5 // the index covered sequences 1..5 only (records 1..5 of "a")
-		return tx.Bucket([]byte("meta")).Put([]byte("indexseq"), v[:])
+		// The index covered sequences 1..5 only (records 1..5 of "a").
+		return tx.Bucket([]byte("meta")).Put([]byte("indexseq"), eventstore.AppendIndexSeq(nil, 5))
 	})
 	s = openAt(t, path, &eventstore.Options{NoSync: true, JournalOff: true})
 	defer s.Close()

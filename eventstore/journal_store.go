@@ -419,6 +419,11 @@ func (a *applier) apply(tx *bolt.Tx, recs []jrec, snaps []*request, through uint
 			continue
 		}
 		a.key = append(a.key[:0], r.stream...)
+		if below, err := belowBase(bk, r); err != nil {
+			return err
+		} else if below {
+			continue
+		}
 		if err := bk.snaps.Put(a.key, r.buf); err != nil {
 			return err
 		}

@@ -27,8 +27,9 @@ type MemoryStore struct {
 }
 
 type memStream struct {
-	recs [][]byte // recs[version-1], as encoded on disk
+	recs [][]byte // recs[version-1], as encoded on disk; nil once removed
 	head Hash
+	base Base
 	idx  overlayIndex // the stream's index (one entry: this stream)
 }
 
@@ -135,6 +136,52 @@ func (m *MemoryStore) Lookup(ctx context.Context, stream, key string) (Span, boo
 	return sp, ok, nil
 }
 
+// RemovePrefix implements Store.
+func (m *MemoryStore) RemovePrefix(ctx context.Context, stream string, through int64) (RemoveResult, error) {
+	var res RemoveResult
+	if err := checkStream(stream); err != nil {
+		return res, err
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	if through < 1 {
+		return res, fmt.Errorf("%w: remove through version %d", ErrInvalidSnapshotVersion, through)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return res, ErrClosed
+	}
+	ms := m.streams[stream]
+	if ms == nil || through > int64(len(ms.recs)) {
+		return res, fmt.Errorf("%w: remove through %d beyond the stream's head", ErrInvalidSnapshotVersion, through)
+	}
+	if through <= ms.base.Version {
+		res.Base = ms.base
+		return res, nil
+	}
+	snap, ok := m.snaps[stream]
+	var f snapshotFields
+	if !ok || parseSnapshot(snap, &f) != nil || f.version < through {
+		return res, fmt.Errorf("%w: stream %q, through %d", ErrSnapshotBehind, stream, through)
+	}
+	ms.base = Base{Version: through, Hash: sha256.Sum256(ms.recs[through-1])}
+	for v := int64(1); v <= through; v++ {
+		if ms.recs[v-1] != nil {
+			ms.recs[v-1] = nil
+			res.Removed++
+		}
+	}
+	for k, sp := range ms.idx[stream] {
+		if sp.Last <= through || (k[0] == 'r' && sp.First <= through) {
+			delete(ms.idx[stream], k)
+		}
+	}
+	res.Base = ms.base
+	return res, nil
+}
+
 // memSource is a stream's records while the read lock is held.
 type memSource struct {
 	ms  *memStream
@@ -149,14 +196,24 @@ func (s *memSource) head() (int64, Hash, bool, error) {
 }
 
 func (s *memSource) get(version int64) ([]byte, bool, error) {
-	if s.ms == nil || version < 1 || version > int64(len(s.ms.recs)) {
+	if s.ms == nil || version <= s.ms.base.Version || version > int64(len(s.ms.recs)) {
 		return nil, false, nil
 	}
 	return s.ms.recs[version-1], true, nil
 }
 
+func (s *memSource) base() (Base, error) {
+	if s.ms == nil {
+		return Base{}, nil
+	}
+	return s.ms.base, nil
+}
+
 func (s *memSource) seek(version int64) (int64, []byte, bool, error) {
 	s.pos = max(version, 1)
+	if s.ms != nil {
+		s.pos = max(s.pos, s.ms.base.Version+1)
+	}
 	raw, ok, err := s.get(s.pos)
 	return s.pos, raw, ok, err
 }
@@ -205,6 +262,10 @@ func (m *MemoryStore) ReadAll(ctx context.Context, from uint64, fn func(Record) 
 		for next <= uint64(len(m.index)) && len(chunk) < chunkRecords {
 			e := m.index[next-1]
 			raw := m.streams[e.stream].recs[e.version-1]
+			if raw == nil { // removed (RemovePrefix)
+				next++
+				continue
+			}
 			var f recordFields
 			if err := parseRecord(raw, &f); err != nil {
 				return nil, false, recordDecodeError(e.stream, e.version, err)

@@ -132,7 +132,7 @@ func (o *overlay) pending() (n int, bytes int64, last uint64) {
 // layeredSource is a stream's records in bbolt (base, one read transaction)
 // followed by those only in the overlay (versions above bbolt's head).
 type layeredSource struct {
-	base     *boltSource
+	src      *boltSource
 	over     []jrec
 	baseHead int64 // bbolt's head version in base's transaction
 	baseOK   bool
@@ -142,7 +142,7 @@ type layeredSource struct {
 }
 
 func newLayeredSource(base *boltSource, over []jrec) (*layeredSource, error) {
-	l := &layeredSource{base: base}
+	l := &layeredSource{src: base}
 	v, h, ok, err := base.head()
 	if err != nil {
 		return nil, err
@@ -177,7 +177,7 @@ func (l *layeredSource) get(version int64) ([]byte, bool, error) {
 		}
 		return nil, false, nil
 	}
-	return l.base.get(version)
+	return l.src.get(version)
 }
 
 func (l *layeredSource) seek(version int64) (int64, []byte, bool, error) {
@@ -185,7 +185,7 @@ func (l *layeredSource) seek(version int64) (int64, []byte, bool, error) {
 		return l.fromOver(max(version, l.over[0].version))
 	}
 	l.inOver = false
-	k, raw, ok, err := l.base.seek(version)
+	k, raw, ok, err := l.src.seek(version)
 	if err != nil || ok {
 		return k, raw, ok, err
 	}
@@ -209,7 +209,7 @@ func (l *layeredSource) fromOver(version int64) (int64, []byte, bool, error) {
 
 func (l *layeredSource) next() (int64, []byte, bool, error) {
 	if !l.inOver {
-		k, raw, ok, err := l.base.next()
+		k, raw, ok, err := l.src.next()
 		if err != nil || ok {
 			return k, raw, ok, err
 		}

@@ -100,6 +100,14 @@ type Store interface {
 	// ok is false when no record names it. The index is written with the
 	// records, so an acknowledged append is found at once.
 	Lookup(ctx context.Context, stream, key string) (span Span, ok bool, err error)
+	// RemovePrefix removes the stream's records 1..through (retention,
+	// destroy): afterwards the stream reads from through+1 on, its chain
+	// starting from the base it records (the version and hash of the last
+	// removed record), and the index forgets what only the removed records
+	// named. A snapshot at or after through must exist
+	// (ErrSnapshotBehind); through must not pass the head. A through at or
+	// below the base changes nothing (it finishes an interrupted removal).
+	RemovePrefix(ctx context.Context, stream string, through int64) (RemoveResult, error)
 	// VerifyStream walks a stream's hash chain and checks it against the
 	// stream's metadata; a problem is a *CorruptionError.
 	VerifyStream(ctx context.Context, stream string) error

@@ -111,7 +111,20 @@ func (s *BoltStore) Verify(ctx context.Context, report func(stream string, err e
 				add(name, err)
 				streamProblems = true
 			}
-			records += uint64(cr.next - 1)
+			src := newBoltSource(bk, name)
+			base, err := src.base()
+			if err != nil {
+				add(name, err)
+				streamProblems = true
+				continue
+			}
+			records += uint64(cr.next - 1 - min(base.Version, cr.next-1))
+			if src.b != nil && base.Version > 0 { // left below the base by an interrupted removal
+				c := src.b.Cursor()
+				for k, _ := c.First(); k != nil && len(k) == 8 && int64(binary.BigEndian.Uint64(k)) <= base.Version; k, _ = c.Next() {
+					records++
+				}
+			}
 			if err := recovered(name, func() error { return verifyIndex(bk, name) }); err != nil {
 				add(name, err)
 				streamProblems = true
@@ -126,25 +139,33 @@ func (s *BoltStore) Verify(ctx context.Context, report func(stream string, err e
 			return err
 		}
 
-		// The global index: keys 1..lastSeq without gaps.
-		expect := uint64(1)
+		// The global index: keys 1..lastSeq, without gaps unless history
+		// was removed — then the entries and the removed ones add up.
+		removed := readRemovedSeq(bk.meta)
+		var entries, prev uint64
 		c := bk.seq.Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			if len(k) != 8 {
 				add("", corrupt("", 0, "malformed global index key "+quoteBytes(k)))
 				break
 			}
-			if seq := binary.BigEndian.Uint64(k); seq != expect {
-				add("", corrupt("", 0, fmt.Sprintf("global index is missing sequence %d", expect)))
+			seq := binary.BigEndian.Uint64(k)
+			if removed == 0 && seq != prev+1 {
+				add("", corrupt("", 0, fmt.Sprintf("global index is missing sequence %d", prev+1)))
 				break
 			}
-			expect++
+			if seq > lastSeq {
+				add("", corrupt("", 0, fmt.Sprintf("global index has sequence %d beyond the last sequence %d", seq, lastSeq)))
+				break
+			}
+			prev = seq
+			entries++
 		}
-		if expect-1 != lastSeq {
-			add("", corrupt("", 0, fmt.Sprintf("global index ends at sequence %d but the last sequence is %d", expect-1, lastSeq)))
+		if entries+removed != lastSeq {
+			add("", corrupt("", 0, fmt.Sprintf("global index holds %d entries and %d were removed, but the last sequence is %d", entries, removed, lastSeq)))
 		}
-		if !streamProblems && records != lastSeq {
-			add("", corrupt("", 0, fmt.Sprintf("streams hold %d records but the last sequence is %d", records, lastSeq)))
+		if !streamProblems && records != entries {
+			add("", corrupt("", 0, fmt.Sprintf("streams hold %d records but the global index %d entries", records, entries)))
 		}
 
 		// Snapshots: decodable, checksummed, within their stream.
@@ -216,11 +237,15 @@ func recovered(stream string, fn func() error) (err error) {
 // verifyIndex recomputes a stream's index from its records and compares it
 // with the stored one, entry by entry.
 func verifyIndex(bk *buckets, name string) error {
+	base, err := newBoltSource(bk, name).base()
+	if err != nil {
+		return err
+	}
 	want := overlayIndex{}
 	if sb := bk.streams.Bucket([]byte(name)); sb != nil {
 		c := sb.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if len(k) == 8 && v != nil {
+			if len(k) == 8 && v != nil && int64(binary.BigEndian.Uint64(k)) > base.Version {
 				want.add(&jrec{stream: name, version: int64(binary.BigEndian.Uint64(k)), raw: v})
 			}
 		}
@@ -235,6 +260,9 @@ func verifyIndex(bk *buckets, name string) error {
 				return corrupt(name, 0, "index entry "+quoteBytes(k)+" is undecodable")
 			}
 			exp, ok := w[string(k)]
+			if ok && k[0] == 'f' && got.First <= base.Version && got.Last == exp.Last {
+				exp.First = got.First // a frame whose first records were removed keeps its entry
+			}
 			switch {
 			case !ok:
 				return corrupt(name, got.First, "the index names "+quoteBytes(k)+", which no record names")

@@ -59,6 +59,7 @@ func Run(t *testing.T, open Opener) {
 		{"ConcurrentStreams", testConcurrentStreams},
 		{"Closed", testClosed},
 		{"Index", testIndex},
+		{"RemovePrefix", testRemovePrefix},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
@@ -816,4 +817,78 @@ func testIndex(t *testing.T, open Opener) {
 	assert.ErrorIs(t, err, eventstore.ErrEmptyStream)
 	_, _, err = s.Lookup(ctx, strings.Repeat("s", eventstore.MaxStreamBytes+1), eventstore.FrameKey("f1"))
 	assert.ErrorIs(t, err, eventstore.ErrInvalidStream)
+}
+
+// testRemovePrefix: removing a stream's first records leaves a stream that
+// reads, verifies and appends on from its base; what only the removed
+// records named leaves the index; nothing else changes.
+func testRemovePrefix(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := newStore(t, open)
+	for i := range 10 {
+		mustAppend(t, s, "a", int64(i), frameEvent(t, "a", fmt.Sprintf("f%d", i/4), fmt.Sprintf("r%d", i/2)))
+	}
+	mustAppend(t, s, "b", eventstore.NoStream, ev("x", "b1"))
+	before := readStream(t, s, "a", 1)
+	require.NoError(t, s.SaveSnapshot(ctx, "a", eventstore.Snapshot{Version: 6, Format: 1, Data: []byte("s")}))
+
+	_, err := s.RemovePrefix(ctx, "a", 7)
+	require.ErrorIs(t, err, eventstore.ErrSnapshotBehind, "the projection could no longer be rebuilt")
+	_, err = s.RemovePrefix(ctx, "a", 0)
+	require.Error(t, err)
+	_, err = s.RemovePrefix(ctx, "", 1)
+	require.ErrorIs(t, err, eventstore.ErrEmptyStream)
+	assert.Equal(t, before, readStream(t, s, "a", 1), "a refused removal changes nothing")
+
+	res, err := s.RemovePrefix(ctx, "a", 5)
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), res.Removed)
+	assert.Equal(t, eventstore.Base{Version: 5, Hash: before[4].Hash}, res.Base)
+	assert.Equal(t, before[5:], readStream(t, s, "a", 1), "reads start after the base")
+	assert.Equal(t, before[5:], readStream(t, s, "a", 3))
+	assert.Equal(t, before[7:], readStream(t, s, "a", 8))
+	require.NoError(t, s.VerifyStream(ctx, "a"))
+	info, err := s.Stream(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, int64(10), info.Version, "the version keeps counting")
+
+	// The index: f0 (versions 1..4) and r0..r2 (1..6: r2 straddles) are gone;
+	// f1 (5..8) straddles the base and keeps its entry; the rest stays.
+	for key, want := range map[string]bool{
+		eventstore.FrameKey("f0"): false, eventstore.RequestKey("r0"): false, eventstore.RequestKey("r2"): false,
+		eventstore.FrameKey("f1"): true, eventstore.FrameKey("f2"): true, eventstore.RequestKey("r3"): true,
+	} {
+		_, ok, err := s.Lookup(ctx, "a", key)
+		require.NoError(t, err)
+		assert.Equal(t, want, ok, key)
+	}
+
+	// The global order skips what was removed.
+	var got []string
+	require.NoError(t, s.ReadAll(ctx, 0, func(r eventstore.Record) error {
+		got = append(got, fmt.Sprintf("%s/%d", r.Stream, r.Version))
+		return nil
+	}))
+	assert.Equal(t, []string{"a/6", "a/7", "a/8", "a/9", "a/10", "b/1"}, got)
+
+	// Appends continue the chain from the head; a second removal at or
+	// below the base changes nothing.
+	r11 := mustAppend(t, s, "a", 10, frameEvent(t, "a", "f9", "r9"))
+	res, err = s.RemovePrefix(ctx, "a", 3)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), res.Removed)
+	require.NoError(t, s.SaveSnapshot(ctx, "a", eventstore.Snapshot{Version: 11, Format: 1, Data: []byte("s")}))
+	res, err = s.RemovePrefix(ctx, "a", 11) // everything
+	require.NoError(t, err)
+	assert.Equal(t, int64(6), res.Removed)
+	assert.Equal(t, r11.Head, res.Base.Hash)
+	assert.Empty(t, readStream(t, s, "a", 1))
+	require.NoError(t, s.VerifyStream(ctx, "a"))
+	mustAppend(t, s, "a", 11, ev("x", "after"))
+	recs := readStream(t, s, "a", 1)
+	require.Len(t, recs, 1)
+	assert.Equal(t, r11.Head, recs[0].PrevHash, "the chain goes on from the base")
+	require.NoError(t, s.VerifyStream(ctx, "a"))
+	_, err = s.RemovePrefix(ctx, "a", 13)
+	require.Error(t, err, "beyond the head")
 }

@@ -69,6 +69,7 @@ var knownBuckets = map[string]bool{
 	"checkpoints": false,
 	"identity":    false,
 	"index":       true,
+	"bases":       false,
 }
 
 // Range is a span of bytes in the data file.

@@ -1,0 +1,61 @@
+package eventstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/stateindex/stateindex/eventstore"
+)
+
+// The whole-file Verify accepts a file with history removed, and catches a
+// base that does not match the record after it; an interrupted removal
+// (base set, records left below it) reads and verifies clean, and the next
+// RemovePrefix finishes it.
+func TestRemovePrefixVerifiesAndResumes(t *testing.T) {
+	ctx := context.Background()
+	path := tempPath(t)
+	s := openAt(t, path, &eventstore.Options{NoSync: true, JournalOff: true})
+	appendFrames(t, s, "a", 0, 30)
+	appendFrames(t, s, "b", 0, 4)
+	require.NoError(t, s.SaveSnapshot(ctx, "a", eventstore.Snapshot{Version: 30, Format: 1, Data: []byte("x")}))
+	res, err := s.RemovePrefix(ctx, "a", 12)
+	require.NoError(t, err)
+	require.Equal(t, int64(12), res.Removed)
+	require.NoError(t, s.Verify(ctx, nil))
+	appendFrames(t, s, "a", 30, 3)
+	require.NoError(t, s.Verify(ctx, nil))
+	require.NoError(t, s.Close())
+
+	// An interrupted removal: the base moved to 20, records 16..20 still
+	// stored below it.
+	s = openAt(t, path, &eventstore.Options{NoSync: true, JournalOff: true})
+	crash := errors.New("crash")
+	eventstore.InterruptRemovals(3, crash)
+	_, err = s.RemovePrefix(ctx, "a", 20)
+	eventstore.InterruptRemovals(0, nil)
+	require.ErrorIs(t, err, crash)
+	recs := records(t, s, "a")
+	require.Equal(t, int64(21), recs[0].Version, "nothing at or below the base is read")
+	require.NoError(t, s.Verify(ctx, nil))
+	res, err = s.RemovePrefix(ctx, "a", 20)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), res.Removed, "the leftovers are removed")
+	require.NoError(t, s.Verify(ctx, nil))
+	require.NoError(t, s.Close())
+
+	// A base whose hash is not the predecessor of the record after it.
+	rawUpdate(t, path, func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("bases")).Put([]byte("a"), append(versionKey(20), make([]byte, 32)...))
+	})
+	s = openAt(t, path, &eventstore.Options{NoSync: true, JournalOff: true})
+	defer s.Close()
+	var streams []string
+	err = s.Verify(ctx, func(stream string, err error) { streams = append(streams, stream) })
+	require.ErrorIs(t, err, eventstore.ErrCorrupt)
+	require.Contains(t, streams, "a")
+	require.Error(t, s.ReadStream(ctx, "a", 1, func(eventstore.Record) error { return nil }), "the chain check catches it on read too")
+}

@@ -149,6 +149,12 @@ func (c *Client) request(ctx context.Context, req messages.Request, _ time.Durat
 	return p.res, p.err
 }
 
+// ApplyRetention records that a scope's history through a version is
+// removed (the server's retention pass uses it).
+func (c *Client) ApplyRetention(ctx context.Context, req *messages.ApplyRetention) (*messages.ApplyRetentionReply, error) {
+	return call[*messages.ApplyRetentionReply](ctx, c, req)
+}
+
 // PushFrame creates a frame.
 func (c *Client) PushFrame(ctx context.Context, req *messages.PushFrame) (*messages.PushFrameReply, error) {
 	return call[*messages.PushFrameReply](ctx, c, req)

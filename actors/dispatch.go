@@ -43,6 +43,7 @@ package actors
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -362,6 +363,30 @@ func init() {
 			state: (*handler).resumeState,
 		},
 
+		// ApplyRetention: the hash it names must be the record's at
+		// Through (read here: the core sees no store).
+		messages.OpApplyRetention: mutation(
+			func(h *handler, st *frames.State, r *messages.ApplyRetention, hdr frames.Header) (frames.Command, error) {
+				if r.Through > st.RemovedThrough && r.Through <= st.Version {
+					got, err := recordHash(h.store, st.Scope, r.Through)
+					if err != nil {
+						return nil, err
+					}
+					if got != r.Hash {
+						return nil, messages.Errorf(messages.CodeInvalidArgument, "retention hash %q is not the hash of version %d (%s)", r.Hash, r.Through, got)
+					}
+				}
+				return &frames.ApplyRetention{Header: hdr, Through: r.Through, Hash: r.Hash, Runs: r.Runs, Why: r.Why,
+					Archive: r.Archive, ArchiveSHA256: r.ArchiveSHA256}, nil
+			},
+			func(_ *handler, r *messages.ApplyRetention, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.RetentionApplied](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.ApplyRetentionReply{Result: res, Through: e.Through}, nil
+			}),
+
 		// A finished frame is read from the log, off the shard.
 		messages.OpGetFrame: readOrJob(func(h *handler, st *frames.State, r *messages.GetFrame) outcome {
 			answer := func(f *frames.Frame) messages.Reply {
@@ -400,6 +425,24 @@ func init() {
 }
 
 // The translations the entries share.
+
+// recordHash is the hex hash of a scope's record at version.
+func recordHash(store eventstore.Store, scope string, version int64) (string, error) {
+	var got string
+	err := store.ReadStream(context.Background(), scope, version, func(rec eventstore.Record) error {
+		if rec.Version == version {
+			got = hex.EncodeToString(rec.Hash[:])
+		}
+		return errStop
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return "", err
+	}
+	if got == "" {
+		return "", messages.Errorf(messages.CodeInvalidArgument, "version %d of scope %q is not stored", version, scope)
+	}
+	return got, nil
+}
 
 // finishedJob reads a finished frame from the log off the shard
 // (eventstore.LoadFinishedFrame) and answers with reply; with ancestors,

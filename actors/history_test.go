@@ -93,6 +93,7 @@ func TestFinishedFramesAnswerFromTheLog(t *testing.T) {
 	}
 	check("served")
 
+	e.restart() // the server's Stop waits for its snapshots
 	// The snapshot holds the live root and the abandoned calls, not the
 	// thirty finished frames and their handles.
 	snap, ok, err := e.store.LoadSnapshot(ctx, scope)
@@ -105,7 +106,6 @@ func TestFinishedFramesAnswerFromTheLog(t *testing.T) {
 	assert.Positive(t, st.Finished)
 	assert.Less(t, len(snap.Data), 30*600, "no handle content of finished frames")
 
-	e.restart()
 	check("after a restart")
 }
 

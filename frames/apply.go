@@ -48,6 +48,12 @@ func Apply(s *State, e Event) error {
 		err = applyToolStarted(s, ev)
 	case *ToolFinished:
 		err = applyToolFinished(s, ev, version)
+	case *RetentionApplied:
+		if ev.Through <= s.RemovedThrough || ev.Through >= version {
+			err = inconsistent("retention through %d after %d, at version %d", ev.Through, s.RemovedThrough, version)
+		} else {
+			s.RemovedThrough = ev.Through
+		}
 	default:
 		return fmt.Errorf("%w: %T", ErrUnknownEventType, e)
 	}

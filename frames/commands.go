@@ -148,3 +148,16 @@ type ResumeActor struct {
 	PendingItems    int64
 	LastSeq         uint64
 }
+
+// ApplyRetention records that the scope's history through Through is
+// removed (see RetentionApplied); the shell removes it from the store once
+// the event is durable.
+type ApplyRetention struct {
+	Header
+	Through       int64
+	Hash          string
+	Runs          int64
+	Why           string
+	Archive       string
+	ArchiveSHA256 string
+}

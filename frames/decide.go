@@ -2,6 +2,7 @@ package frames
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/compaction"
@@ -58,6 +59,8 @@ func Decide(cfg Config, s *State, cmd Command) ([]Event, error) {
 		evs, err = d.compact(c)
 	case *ResumeActor:
 		evs, err = d.resumeActor(c)
+	case *ApplyRetention:
+		evs, err = d.retention(c)
 	default:
 		return nil, invalid("unknown command %T", cmd)
 	}
@@ -735,4 +738,24 @@ func (d decider) resumeActor(c *ResumeActor) ([]Event, error) {
 	}
 	return []Event{&ActorResumed{Meta: d.meta("", ReasonUserMessage), FramesRecovered: c.FramesRecovered,
 		PendingItems: c.PendingItems, LastSeq: c.LastSeq}}, nil
+}
+
+func (d decider) retention(c *ApplyRetention) ([]Event, error) {
+	switch {
+	case c.Through <= d.s.RemovedThrough:
+		return nil, invalid("retention through %d: history is already removed through %d", c.Through, d.s.RemovedThrough)
+	case c.Through > d.s.Version:
+		return nil, invalid("retention through %d beyond the scope's version %d", c.Through, d.s.Version)
+	case c.Runs < 0:
+		return nil, fmt.Errorf("%w: runs removed", budget.ErrNegativeAmount)
+	case len(c.Hash) != 64 || strings.Trim(c.Hash, "0123456789abcdef") != "":
+		return nil, invalid("retention hash %q is not a lowercase hex SHA-256", c.Hash)
+	}
+	for _, t := range []struct{ n, v string }{{"why", c.Why}, {"archive", c.Archive}, {"archive digest", c.ArchiveSHA256}} {
+		if err := checkText(t.n, t.v, d.cfg.MaxNameBytes); err != nil {
+			return nil, err
+		}
+	}
+	return []Event{&RetentionApplied{Meta: d.meta("", ReasonUserMessage), Through: c.Through, Hash: c.Hash, Runs: c.Runs,
+		Why: c.Why, Archive: c.Archive, ArchiveSHA256: c.ArchiveSHA256}}, nil
 }

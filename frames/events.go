@@ -41,6 +41,7 @@ const (
 	TypeUsageRecorded  = "usage.recorded"
 	TypeToolStarted    = "tool.started"
 	TypeToolFinished   = "tool.finished"
+	TypeRetention      = "scope.retention_applied"
 )
 
 // NewEvent returns a zero event of the named type, for decoders.
@@ -70,6 +71,8 @@ func NewEvent(eventType string) (Event, error) {
 		return &ToolStarted{}, nil
 	case TypeToolFinished:
 		return &ToolFinished{}, nil
+	case TypeRetention:
+		return &RetentionApplied{}, nil
 	}
 	return nil, ErrUnknownEventType
 }
@@ -226,6 +229,24 @@ func (e *ActorResumed) EventType() string   { return TypeActorResumed }
 func (e *UsageRecorded) EventType() string  { return TypeUsageRecorded }
 func (e *ToolStarted) EventType() string    { return TypeToolStarted }
 func (e *ToolFinished) EventType() string   { return TypeToolFinished }
+func (e *RetentionApplied) EventType() string {
+	return TypeRetention
+}
 
 // EventMeta returns the embedded metadata.
 func (m *Meta) EventMeta() *Meta { return m }
+
+// RetentionApplied: the scope's history through version Through was
+// removed from the store (deleted, or archived first): Hash is the hex
+// SHA-256 of that last removed record, from which the chain of what remains
+// goes on, so that verify proves exactly that prefix was removed. Archive
+// names the archive file and ArchiveSHA256 its digest ("" when deleted).
+type RetentionApplied struct {
+	Meta          `msgpack:",inline"`
+	Through       int64  `msgpack:"th"`
+	Hash          string `msgpack:"h"`
+	Runs          int64  `msgpack:"rn"`
+	Why           string `msgpack:"w"`
+	Archive       string `msgpack:"ar,omitempty"`
+	ArchiveSHA256 string `msgpack:"as,omitempty"`
+}

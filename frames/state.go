@@ -76,6 +76,9 @@ type State struct {
 	Abandoned []AbandonedCall `msgpack:"ab,omitempty"`
 	// Finished counts the frames that finished.
 	Finished int64 `msgpack:"fn"`
+	// RemovedThrough is the version the scope's history was removed
+	// through (RetentionApplied); 0 when nothing was.
+	RemovedThrough int64 `msgpack:"rt,omitempty"`
 	// Horizon and Skew (unix ns) bound how long request ids are
 	// remembered; the shell sets them from its configuration (they are
 	// not taken from a snapshot).

@@ -86,6 +86,9 @@ func (r *CompactContext) Mut() *Header { return &r.Header }
 // Mut returns the header of a mutating request.
 func (r *ResumeActor) Mut() *Header { return &r.Header }
 
+// Mut returns the header of a mutating request.
+func (r *ApplyRetention) Mut() *Header { return &r.Header }
+
 // Reply is any StateIndex reply: it carries its result or an *Error.
 type Reply interface {
 	Failure() *Error
@@ -483,4 +486,27 @@ type GetStack struct {
 type GetStackReply struct {
 	Result `msgpack:",inline"`
 	Frames []FrameSummary `msgpack:"fs,omitempty"`
+}
+
+// ApplyRetention records that the scope's history through Through is
+// removed (the server's retention pass sends it, then removes the records
+// from the store; an operator tool may too). Hash is the hex SHA-256 of
+// the record at Through, which the server checks; Archive and
+// ArchiveSHA256 name the archive file written first ("" when the history
+// is deleted).
+type ApplyRetention struct {
+	Header        `msgpack:",inline"`
+	Through       int64  `msgpack:"th"`
+	Hash          string `msgpack:"h"`
+	Runs          int64  `msgpack:"rn,omitempty"`
+	Why           string `msgpack:"w,omitempty"`
+	Archive       string `msgpack:"ar,omitempty"`
+	ArchiveSHA256 string `msgpack:"as,omitempty"`
+}
+
+// ApplyRetentionReply says through which version the scope's history is
+// removed once the store has done it.
+type ApplyRetentionReply struct {
+	Result  `msgpack:",inline"`
+	Through int64 `msgpack:"th"`
 }

@@ -22,6 +22,7 @@ const (
 	OpResumeActor
 	OpGetFrame
 	OpGetStack
+	OpApplyRetention
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -77,6 +78,8 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(GetFrame) }, NewReply: func() Reply { return new(GetFrameReply) }},
 	OpGetStack: {Name: "GetStack", ReplyName: "GetStackReply",
 		NewRequest: func() Request { return new(GetStack) }, NewReply: func() Reply { return new(GetStackReply) }},
+	OpApplyRetention: {Name: "ApplyRetention", ReplyName: "ApplyRetentionReply", Mutates: true,
+		NewRequest: func() Request { return new(ApplyRetention) }, NewReply: func() Reply { return new(ApplyRetentionReply) }},
 }
 
 func init() {
@@ -165,3 +168,6 @@ func (*GetFrame) Op() Op { return OpGetFrame }
 
 // Op returns OpGetStack.
 func (*GetStack) Op() Op { return OpGetStack }
+
+// Op returns OpApplyRetention.
+func (*ApplyRetention) Op() Op { return OpApplyRetention }

@@ -1,0 +1,146 @@
+package frames
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Retention: bounded history, decided here, carried out by the shell.
+//
+// A run is a finished root frame, or a finished subtree under a live frame
+// (a chat agent's root never finishes): a frame that finished while its
+// parent is live or that has no parent. The policy (the seed's retention
+// block) keeps the last KeepLastN runs of a scope always, and lets the
+// others go once they finished more than OlderThan ago. Removal is a
+// prefix of the scope's log (its hash chain stays verifiable from the
+// removed part's last hash), so what is removed is everything before the
+// first record that must stay: the first record of the oldest kept run, of
+// the oldest request within the idempotency horizon, or anything the
+// caller must keep (KeepFrom). Live frames, unused tokens and abandoned
+// calls are in the projection, which a snapshot at or after the cut holds.
+
+// Completion is what retention does with a finished run (on_completion).
+type Completion string
+
+// Completions.
+const (
+	CompletionKeep    Completion = "keep"
+	CompletionDelete  Completion = "delete"
+	CompletionArchive Completion = "archive"
+)
+
+// RetentionPolicy is a scope's retention block.
+type RetentionPolicy struct {
+	KeepLastN    int
+	OlderThan    int64 // ns
+	OnCompletion Completion
+}
+
+// Validate checks the policy's values.
+func (p RetentionPolicy) Validate() error {
+	switch {
+	case p.KeepLastN < 0:
+		return invalid("keep_last_n %d is negative", p.KeepLastN)
+	case p.OlderThan < 0:
+		return invalid("older_than %d is negative", p.OlderThan)
+	}
+	switch p.OnCompletion {
+	case CompletionKeep, CompletionDelete, CompletionArchive:
+		return nil
+	}
+	return invalid("on_completion %q (want keep, delete or archive)", p.OnCompletion)
+}
+
+// Run is one finished run of a scope: its first record (its frame.pushed)
+// and last (its frame.popped) and when it finished (server time).
+type Run struct {
+	Frame      string
+	First      int64
+	Last       int64
+	FinishedAt int64
+}
+
+// RetentionInput is what a retention pass knows of a scope.
+type RetentionInput struct {
+	Policy RetentionPolicy
+	Now    int64
+	// Base is the version history was already removed through; Head the
+	// scope's version.
+	Base, Head int64
+	// Runs are the finished runs after Base, in the order they finished.
+	Runs []Run
+	// KeepFrom is the first version that must stay for other reasons (the
+	// oldest request within the idempotency horizon); 0 when none.
+	KeepFrom int64
+}
+
+// RetentionPlan says what a pass removes: the records through Through (0:
+// nothing), which runs that ends, and why.
+type RetentionPlan struct {
+	Through int64
+	Removed []Run
+	Kept    int
+	Why     string
+}
+
+// PlanRetention decides a retention pass.
+func PlanRetention(in RetentionInput) (RetentionPlan, error) {
+	if err := in.Policy.Validate(); err != nil {
+		return RetentionPlan{}, err
+	}
+	if in.Policy.OnCompletion == CompletionKeep || in.Head <= in.Base {
+		return RetentionPlan{}, nil
+	}
+	runs := append([]Run(nil), in.Runs...)
+	sort.SliceStable(runs, func(a, b int) bool { return runs[a].Last < runs[b].Last })
+	keep := in.Head + 1 // the first version that must stay
+	if in.KeepFrom > 0 {
+		keep = min(keep, in.KeepFrom)
+	}
+	kept := 0
+	for i, r := range runs {
+		newest := len(runs) - i
+		if newest <= in.Policy.KeepLastN || in.Now-r.FinishedAt <= in.Policy.OlderThan {
+			keep = min(keep, r.First)
+			kept++
+		}
+	}
+	through := keep - 1
+	if through <= in.Base {
+		return RetentionPlan{Kept: kept}, nil
+	}
+	plan := RetentionPlan{Through: through, Kept: kept}
+	for _, r := range runs {
+		if r.Last <= through {
+			plan.Removed = append(plan.Removed, r)
+		}
+	}
+	plan.Why = fmt.Sprintf("keep_last_n=%d older_than=%s on_completion=%s: %d run(s) removed, %d kept",
+		in.Policy.KeepLastN, span(in.Policy.OlderThan), in.Policy.OnCompletion, len(plan.Removed), kept)
+	return plan, nil
+}
+
+// FinishedFrame is a frame.popped of a scope's log: the frame, its parent,
+// its span (frame.pushed to frame.popped) and when it finished.
+type FinishedFrame struct {
+	Frame, Parent string
+	First, Last   int64
+	FinishedAt    int64
+}
+
+// RunsOf picks the runs out of the finished frames of a log (in finish
+// order): a finished frame is a run when it has no parent or its parent
+// did not finish.
+func RunsOf(finished []FinishedFrame) []Run {
+	done := make(map[string]bool, len(finished))
+	for _, f := range finished {
+		done[f.Frame] = true
+	}
+	var runs []Run
+	for _, f := range finished {
+		if f.Parent == "" || !done[f.Parent] {
+			runs = append(runs, Run{Frame: f.Frame, First: f.First, Last: f.Last, FinishedAt: f.FinishedAt})
+		}
+	}
+	return runs
+}

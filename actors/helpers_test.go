@@ -3,6 +3,7 @@ package actors_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
@@ -119,3 +121,12 @@ func (e *env) seq() uint64 {
 var ctx = context.Background()
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+func hexOf(h eventstore.Hash) string { return fmt.Sprintf("%x", h[:]) }
+
+func mustLoad(t *testing.T, e *env, scope string) *frames.State {
+	t.Helper()
+	st, _, err := eventstore.LoadState(ctx, e.store, scope, 0, 0, nil)
+	require.NoError(t, err)
+	return st
+}

@@ -22,6 +22,8 @@ type Server struct {
 	handlers []*handler
 	gates    []*gate
 	router   *actor.PID
+	store    eventstore.Store
+	ret      *retainer
 }
 
 // Start spawns the StateIndex on sys over store. The store stays the
@@ -42,7 +44,7 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{sys: sys, cfg: cfg}
+	s := &Server{sys: sys, cfg: cfg, store: store}
 	perScopes := max(cfg.CacheScopes/cfg.Shards, 1)
 	perBytes := max(cfg.CacheBytes/int64(cfg.Shards), 1)
 	for i := 0; i < cfg.Shards; i++ {
@@ -100,6 +102,9 @@ func (s *Server) Client() *Client {
 // Stop waits for the writes in flight to be answered, then stops the
 // shards after the requests already in their mailboxes.
 func (s *Server) Stop() {
+	if s.ret != nil {
+		s.ret.close() // a pass in progress ends at its next scope
+	}
 	for _, pid := range s.shards {
 		_, _ = s.sys.Root.RequestFuture(pid, &drain{}, time.Minute).Result()
 	}

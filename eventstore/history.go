@@ -96,6 +96,22 @@ func LoadFinishedFrame(ctx context.Context, store Store, scope, id string) (*fra
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", frames.ErrFrameNotFound, id)
 	}
+	base, err := store.StreamBase(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	if sp.First <= base.Version {
+		// Its first records were removed while it was live (it was in the
+		// snapshot then): its record stands for it, without its handles.
+		ev, err := readOne(ctx, store, scope, sp.Last)
+		if err != nil {
+			return nil, err
+		}
+		if p, ok := ev.(*frames.FramePopped); ok && p.Final != nil {
+			return frames.FromRecord(p.Final), nil
+		}
+		return nil, fmt.Errorf("%w: %q (its history was removed)", frames.ErrFrameNotFound, id)
+	}
 	var own []frames.Versioned
 	err = store.ReadStream(ctx, scope, sp.First, func(r Record) error {
 		if r.Version > sp.Last {

@@ -136,6 +136,21 @@ func (m *MemoryStore) Lookup(ctx context.Context, stream, key string) (Span, boo
 	return sp, ok, nil
 }
 
+// StreamBase implements Store.
+func (m *MemoryStore) StreamBase(ctx context.Context, stream string) (Base, error) {
+	if err := checkStream(stream); err != nil {
+		return Base{}, err
+	}
+	if err := m.rlock(); err != nil {
+		return Base{}, err
+	}
+	defer m.mu.RUnlock()
+	if ms := m.streams[stream]; ms != nil {
+		return ms.base, nil
+	}
+	return Base{}, nil
+}
+
 // RemovePrefix implements Store.
 func (m *MemoryStore) RemovePrefix(ctx context.Context, stream string, through int64) (RemoveResult, error) {
 	var res RemoveResult

@@ -108,6 +108,10 @@ type Store interface {
 	// (ErrSnapshotBehind); through must not pass the head. A through at or
 	// below the base changes nothing (it finishes an interrupted removal).
 	RemovePrefix(ctx context.Context, stream string, through int64) (RemoveResult, error)
+	// StreamBase returns where the stream's stored history begins: the
+	// version and hash of the last record RemovePrefix removed (zero if
+	// none).
+	StreamBase(ctx context.Context, stream string) (Base, error)
 	// VerifyStream walks a stream's hash chain and checks it against the
 	// stream's metadata; a problem is a *CorruptionError.
 	VerifyStream(ctx context.Context, stream string) error

@@ -60,6 +60,7 @@ type Summary struct {
 	Checkpoints           int64
 	SignaturesVerified    int64
 	UnsignedBoundaries    int64 // checkpoint boundaries without a signature (warnings)
+	Removed               int64 // streams whose removed history matches the removal they record
 	Warnings              []string
 	Problems              int64
 	PageCheckSkippedBbolt bool // page damage found: the storage engine was not let near the file
@@ -319,6 +320,23 @@ func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.
 		horizon, skew = snap.Horizon, snap.Skew
 	}
 
+	// History removed from the stream's front (retention, destroy): the
+	// replay starts from the snapshot, the only base left, and the removal
+	// must be the one the stream records.
+	base, err := st.StreamBase(ctx, name)
+	if err != nil {
+		add(problemOf(name, err))
+		return nil
+	}
+	if base.Version > 0 && snap == nil {
+		add(Problem{Stream: name, What: fmt.Sprintf("history was removed through version %d and no snapshot of this build's format is left to rebuild the scope from", base.Version)})
+		return nil
+	}
+	if base.Version > 0 && snapVersion < base.Version {
+		add(Problem{Stream: name, Version: snapVersion, What: fmt.Sprintf("the snapshot is older than the removed history (through %d): the scope cannot be rebuilt", base.Version)})
+		return nil
+	}
+
 	want := map[int64]bool{}
 	for _, c := range cps {
 		want[c.Version] = true
@@ -328,6 +346,10 @@ func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.
 	var atSnap *frames.State
 	state := frames.NewState(name, horizon)
 	state.SetHorizon(horizon, skew)
+	if base.Version > 0 {
+		state = snap.Clone()
+	}
+	var lastRet *frames.RetentionApplied
 	var lastReq string
 	var runFinishedReq bool
 	failed := false
@@ -355,6 +377,12 @@ func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.
 		if m.Reason == frames.ReasonRunFinished {
 			runFinishedReq = true
 		}
+		if ra, ok := ev.(*frames.RetentionApplied); ok {
+			lastRet = ra
+		}
+		if r.Version <= state.Version { // in the snapshot the replay starts from
+			return nil
+		}
 		if err := applySafely(state, ev); err != nil {
 			add(Problem{Stream: name, Version: r.Version, What: fmt.Sprintf("the log does not replay: %v", err)})
 			failed = true
@@ -381,10 +409,28 @@ func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.
 		return nil
 	}
 	if err := frames.CheckInvariants(state); err != nil {
-		add(firstBrokenInvariant(ctx, st, name, horizon, skew, err))
+		if base.Version > 0 {
+			add(Problem{Stream: name, What: fmt.Sprintf("the replayed state breaks an invariant: %v", err)})
+		} else {
+			add(firstBrokenInvariant(ctx, st, name, horizon, skew, err))
+		}
+	}
+	switch {
+	case base.Version == 0 && lastRet != nil:
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("stream %q: a removal through version %d is recorded and not carried out yet (the next retention pass does)", name, lastRet.Through))
+	case base.Version == 0:
+	case lastRet == nil:
+		add(Problem{Stream: name, Version: base.Version, What: "history was removed through this version without a record of it in the stream"})
+	case lastRet.Through > base.Version:
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("stream %q: a removal through version %d is recorded, the store holds the stream from %d (the next retention pass finishes it)", name, lastRet.Through, base.Version+1))
+	case lastRet.Through < base.Version || lastRet.Hash != fmt.Sprintf("%x", base.Hash[:]):
+		add(Problem{Stream: name, Version: base.Version, What: fmt.Sprintf("the stream's removed history ends at version %d with hash %x, but the stream records a removal through %d with hash %s",
+			base.Version, base.Hash[:8], lastRet.Through, lastRet.Hash)})
+	default:
+		sum.Removed++
 	}
 
-	if snap != nil {
+	if snap != nil && base.Version == 0 {
 		sum.Snapshots++
 		switch {
 		case atSnap == nil:

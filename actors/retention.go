@@ -1,0 +1,248 @@
+package actors
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/messages"
+)
+
+// Retention in the shell: a background pass that, scope by scope, reads
+// what the store holds (eventstore.ScanHistory), lets the core decide
+// (frames.PlanRetention), archives what goes if the policy says so,
+// records the removal in the scope through its actor (ApplyRetention, so
+// that it is ordered with the scope's other writes and verifiable), and
+// then removes the records from the store (RemovePrefix). A crash between
+// the last two steps leaves a recorded removal the next pass finishes.
+// Passes never block requests: they read the store like any reader, write
+// through the scope's actor one request per scope, and remove records in
+// transactions of bounded size.
+
+// RetentionConfig configures the retention pass.
+type RetentionConfig struct {
+	// Interval is the time between passes (0: one pass each RunRetention call only).
+	Interval time.Duration
+	// Policy returns a scope's policy and where its archives go; ok false
+	// keeps the scope whole.
+	Policy func(scope string) (p frames.RetentionPolicy, archiveDir string, ok bool)
+}
+
+// ScopeRetention is what one pass did to one scope.
+type ScopeRetention struct {
+	Scope   string
+	Through int64  // history removed through this version by this pass (0: none)
+	Runs    int    // runs removed
+	Kept    int    // runs kept
+	Removed int64  // records deleted from the store by this pass
+	Archive string // the archive written, if any
+	Why     string
+}
+
+// RetentionReport is what a pass did.
+type RetentionReport struct {
+	Scopes  []ScopeRetention
+	Errors  []error
+	Elapsed time.Duration
+}
+
+// retainer runs passes; one at a time.
+type retainer struct {
+	mu    sync.Mutex
+	store eventstore.Store
+	cfg   Config
+	rc    RetentionConfig
+	c     *Client
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// StartRetention starts the background retention pass with rc; Stop ends
+// it. Calling it twice replaces nothing: the second call is refused.
+func (s *Server) StartRetention(rc RetentionConfig) error {
+	if rc.Policy == nil {
+		return errors.New("actors: retention needs a policy")
+	}
+	if s.ret != nil {
+		return errors.New("actors: retention is already running")
+	}
+	s.ret = &retainer{store: s.store, cfg: s.cfg, rc: rc, c: s.Client(), stop: make(chan struct{}), done: make(chan struct{})}
+	if rc.Interval <= 0 {
+		close(s.ret.done)
+		return nil
+	}
+	go s.ret.loop()
+	return nil
+}
+
+// RunRetention runs one retention pass now (StartRetention first).
+func (s *Server) RunRetention(ctx context.Context) (RetentionReport, error) {
+	if s.ret == nil {
+		return RetentionReport{}, errors.New("actors: retention is not configured")
+	}
+	return s.ret.pass(ctx), nil
+}
+
+func (r *retainer) loop() {
+	defer close(r.done)
+	t := time.NewTicker(r.rc.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				select {
+				case <-r.stop:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			rep := r.pass(ctx)
+			cancel()
+			for _, err := range rep.Errors {
+				r.cfg.Logger.Warn("stateindex: retention", "error", err)
+			}
+			for _, sr := range rep.Scopes {
+				if sr.Through > 0 || sr.Removed > 0 {
+					r.cfg.Logger.Info("stateindex: retention", "scope", sr.Scope, "through", sr.Through, "runs", sr.Runs,
+						"records_removed", sr.Removed, "archive", sr.Archive)
+				}
+			}
+		}
+	}
+}
+
+func (r *retainer) close() {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	<-r.done
+}
+
+// pass runs retention over every scope.
+func (r *retainer) pass(ctx context.Context) RetentionReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	start := time.Now()
+	var rep RetentionReport
+	var scopes []string
+	if err := r.store.Streams(ctx, func(i eventstore.StreamInfo) error {
+		scopes = append(scopes, i.Stream)
+		return nil
+	}); err != nil {
+		rep.Errors = append(rep.Errors, err)
+		return rep
+	}
+	for _, scope := range scopes {
+		if ctx.Err() != nil {
+			break
+		}
+		p, dir, ok := r.rc.Policy(scope)
+		if !ok {
+			continue
+		}
+		sr, err := r.scope(ctx, scope, p, dir)
+		if err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("scope %q: %w", scope, err))
+		}
+		if err == nil || sr.Removed > 0 {
+			rep.Scopes = append(rep.Scopes, sr)
+		}
+	}
+	rep.Elapsed = time.Since(start)
+	return rep
+}
+
+// scope runs retention on one scope.
+func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPolicy, dir string) (ScopeRetention, error) {
+	sr := ScopeRetention{Scope: scope}
+	now := r.cfg.Clock().UnixNano()
+	keep := int64(r.cfg.RequestHorizon) + 2*int64(r.cfg.ClockSkew)
+	sc, err := eventstore.ScanHistory(ctx, r.store, scope, now-keep)
+	if err != nil {
+		return sr, err
+	}
+	// A removal recorded and not finished (a crash, or a failure) first.
+	base := sc.Base.Version
+	if sc.RecordedThrough > base {
+		res, err := r.store.RemovePrefix(ctx, scope, sc.RecordedThrough)
+		sr.Removed += res.Removed
+		if err != nil {
+			return sr, err
+		}
+		base = sc.RecordedThrough
+	}
+	plan, err := frames.PlanRetention(frames.RetentionInput{Policy: p, Now: now, Base: base, Head: sc.Head,
+		Runs: frames.RunsOf(sc.Finished), KeepFrom: sc.FirstSince})
+	if err != nil || plan.Through == 0 {
+		sr.Kept = plan.Kept
+		return sr, err
+	}
+	hash, err := recordHash(r.store, scope, plan.Through)
+	if err != nil {
+		return sr, err
+	}
+	req := &messages.ApplyRetention{Header: messages.Header{Scope: scope, RequestID: retentionRequestID(scope, plan.Through)},
+		Through: plan.Through, Hash: hash, Runs: int64(len(plan.Removed)), Why: plan.Why}
+	if p.OnCompletion == frames.CompletionArchive {
+		// Written and synced before the removal is recorded: a crash after
+		// this leaves an archive the next pass writes again, in place.
+		path, digest, err := eventstore.WriteArchive(ctx, r.store, scope, base+1, plan.Through, dir)
+		if err != nil {
+			return sr, fmt.Errorf("archive: %w", err)
+		}
+		req.Archive, req.ArchiveSHA256, sr.Archive = path, digest, path
+	}
+	if err := r.ensureSnapshot(ctx, scope, plan.Through); err != nil {
+		return sr, err
+	}
+	if _, err := r.c.ApplyRetention(ctx, req); err != nil {
+		return sr, fmt.Errorf("recording the removal: %w", err)
+	}
+	res, err := r.store.RemovePrefix(ctx, scope, plan.Through)
+	sr.Removed += res.Removed
+	if err != nil {
+		return sr, err
+	}
+	sr.Through, sr.Runs, sr.Kept, sr.Why = plan.Through, len(plan.Removed), plan.Kept, plan.Why
+	return sr, nil
+}
+
+// ensureSnapshot makes sure a snapshot at or after through exists, so that
+// the scope can be rebuilt once the records before it are gone.
+func (r *retainer) ensureSnapshot(ctx context.Context, scope string, through int64) error {
+	snap, ok, err := r.store.LoadSnapshot(ctx, scope)
+	if err == nil && ok && snap.Version >= through {
+		if _, fresh, _ := eventstore.DecodeState(scope, snap); fresh {
+			return nil
+		}
+	}
+	st, _, err := eventstore.LoadState(ctx, r.store, scope, int64(r.cfg.RequestHorizon), int64(r.cfg.ClockSkew), r.cfg.Logger)
+	if err != nil {
+		return err
+	}
+	enc, err := eventstore.EncodeState(st)
+	if err != nil {
+		return err
+	}
+	return r.store.SaveSnapshot(ctx, scope, enc)
+}
+
+// retentionRequestID is the request id of a removal: the same removal sent
+// again (after a crash) is answered, not applied twice.
+func retentionRequestID(scope string, through int64) string {
+	sum := sha256.Sum256([]byte(scope))
+	return "retention:" + hex.EncodeToString(sum[:12]) + ":" + strconv.FormatInt(through, 10)
+}

@@ -1,0 +1,115 @@
+package eventstore
+
+import (
+	"context"
+
+	"github.com/stateindex/stateindex/frames"
+)
+
+// What a retention pass reads from a scope's log (frames.PlanRetention
+// decides from it).
+
+// HistoryScan is a scope's stored history as retention sees it.
+type HistoryScan struct {
+	Base Base  // where the stored history begins
+	Head int64 // the scope's version
+	// Finished are the frame.popped records after the base, in order.
+	Finished []frames.FinishedFrame
+	// FirstSince is the first version whose server time is at or after the
+	// time ScanHistory was given (0 if none).
+	FirstSince int64
+	// RecordedThrough is the latest scope.retention_applied's Through: a
+	// removal the store may not have finished (0 if none).
+	RecordedThrough int64
+}
+
+// ScanHistory reads scope's records after its base. since is a server time
+// (unix ns): FirstSince is the first record at or after it.
+func ScanHistory(ctx context.Context, store Store, scope string, since int64) (HistoryScan, error) {
+	var sc HistoryScan
+	var err error
+	if sc.Base, err = store.StreamBase(ctx, scope); err != nil {
+		return sc, err
+	}
+	info, err := store.Stream(ctx, scope)
+	if err != nil {
+		return sc, err
+	}
+	sc.Head = info.Version
+	err = store.ReadStream(ctx, scope, sc.Base.Version+1, func(r Record) error {
+		if sc.FirstSince == 0 && metaAt(r.Data) >= since {
+			sc.FirstSince = r.Version
+		}
+		switch r.Type {
+		case frames.TypeFramePopped:
+			ev, err := DecodeFrameEvent(r)
+			if err != nil {
+				return err
+			}
+			p := ev.(*frames.FramePopped)
+			ff := frames.FinishedFrame{Frame: p.Frame, Last: r.Version, FinishedAt: p.At}
+			if p.Final != nil {
+				ff.Parent, ff.First = p.Final.ParentID, p.Final.PushSeq
+			} else if ff.Parent, ff.First, err = pushOf(ctx, store, scope, p.Frame); err != nil {
+				return err
+			}
+			sc.Finished = append(sc.Finished, ff)
+		case frames.TypeRetention:
+			ev, err := DecodeFrameEvent(r)
+			if err != nil {
+				return err
+			}
+			sc.RecordedThrough = ev.(*frames.RetentionApplied).Through
+		}
+		return nil
+	})
+	return sc, err
+}
+
+// pushOf finds a frame's parent and frame.pushed version through the index
+// (for frame.popped records written before they carried the frame's record).
+func pushOf(ctx context.Context, store Store, scope, id string) (string, int64, error) {
+	sp, ok, err := store.Lookup(ctx, scope, FrameKey(id))
+	if err != nil || !ok {
+		return "", 0, err
+	}
+	ev, err := readOne(ctx, store, scope, sp.First)
+	if err != nil {
+		return "", 0, err
+	}
+	if p, ok := ev.(*frames.FramePushed); ok {
+		return p.ParentID, sp.First, nil
+	}
+	return "", sp.First, nil // pushed before the base: its push is gone
+}
+
+// metaAt reads the "_t" (server time) field of an event's metadata; 0 if it
+// has none.
+func metaAt(data []byte) int64 {
+	r := mpReader{b: data}
+	n, err := r.mapLen()
+	if err != nil {
+		return 0
+	}
+	for i := 0; i < n; i++ {
+		k, err := r.str()
+		if err != nil || len(k) != 2 || k[0] != '_' {
+			return 0
+		}
+		switch k[1] {
+		case 't':
+			v, err := r.int()
+			if err != nil {
+				return 0
+			}
+			return v
+		case 's', 'f', 'q':
+			if _, err := r.str(); err != nil {
+				return 0
+			}
+		default:
+			return 0
+		}
+	}
+	return 0
+}

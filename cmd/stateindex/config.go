@@ -48,7 +48,7 @@ override the file here as they do for serve.
 	if *explain {
 		return file.Explain(stdout)
 	}
-	if file.HistoryPoliciesEnabled() {
+	if file.Expiry.Enabled() {
 		return fmt.Errorf("%s: %w", flags.Config, errHistoryPolicies)
 	}
 	_, err = fmt.Fprintf(stdout, "%s: ok\n", flags.Config)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/internal/config"
 )
 
@@ -28,12 +29,27 @@ func init() {
 	register(command{name: "serve", summary: "[--config FILE] --data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]]   run the StateIndex", run: serve})
 }
 
-// errHistoryPolicies refuses a configuration that asks for retention or
-// expiry: this build reads them but does not apply them, and a server that
-// silently kept what its operator told it to remove would be worse than one
-// that does not start.
-var errHistoryPolicies = errors.New("retention/expiry are configured but this build does not apply them yet: " +
-	"set retention.on_completion to keep and expiry.inactive_after to 0 (in the overrides too)")
+// errHistoryPolicies refuses a configuration that asks for expiry: this
+// build reads it but does not apply it, and a server that silently kept
+// what its operator told it to remove would be worse than one that does not
+// start.
+var errHistoryPolicies = errors.New("expiry is configured but this build does not apply it yet: " +
+	"set expiry.inactive_after to 0 (in the overrides too)")
+
+// retentionConfig turns the file's retention into the server's pass (ok
+// false when no scope's policy removes anything).
+func retentionConfig(file *config.File) (actors.RetentionConfig, bool) {
+	r := file.Retention
+	if !r.Enabled() {
+		return actors.RetentionConfig{}, false
+	}
+	dataDir := file.DataDir
+	return actors.RetentionConfig{Interval: r.Interval, Policy: func(scope string) (frames.RetentionPolicy, string, bool) {
+		p := r.For(scope)
+		return frames.RetentionPolicy{KeepLastN: p.KeepLastN, OlderThan: int64(p.DeleteOlderThan), OnCompletion: frames.Completion(p.OnCompletion)},
+			p.ArchivePath(dataDir), p.OnCompletion != config.Keep
+	}}, true
+}
 
 // serveConfig turns a resolved configuration into the StateIndex's
 // actors.Config (keys and logger are added by serve) and store options.
@@ -54,7 +70,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if file.HistoryPoliciesEnabled() {
+	if file.Expiry.Enabled() {
 		return errHistoryPolicies
 	}
 	var level slog.Level
@@ -136,6 +152,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if err := startRetention(node.Server(), file, log); err != nil {
+			node.Stop()
+			return err
+		}
 		healthAddr, _ := actors.HealthAddress(listen)
 		log.Info("stateindex serving", append([]any{"data", abs, "cluster", clusterName, "member", listen, "kind", actors.KindOf(listen),
 			"members", strings.Join(members, ","), "health", healthAddr, "shards", cfg.Shards}, jattrs...)...)
@@ -154,6 +174,11 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			r.Shutdown(false)
 			return err
 		}
+		if err := startRetention(srv, file, log); err != nil {
+			srv.Stop()
+			r.Shutdown(false)
+			return err
+		}
 		gw, err := srv.Expose(&actors.ExposeOptions{MaxMessageBytes: file.Remoting.MaxMessageBytes})
 		if err != nil {
 			srv.Stop()
@@ -165,6 +190,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	default:
 		srv, err := actors.Start(sys, store, cfg)
 		if err != nil {
+			return err
+		}
+		if err := startRetention(srv, file, log); err != nil {
+			srv.Stop()
 			return err
 		}
 		log.Info("stateindex serving", append([]any{"data", abs, "pid", srv.PID().Address + "/" + srv.PID().Id, "shards", cfg.Shards,
@@ -180,6 +209,20 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("closing store: %w", err)
 	}
 	log.Info("stateindex stopped cleanly")
+	return nil
+}
+
+// startRetention starts the retention pass the file configures, if any.
+func startRetention(srv *actors.Server, file *config.File, log *slog.Logger) error {
+	rc, ok := retentionConfig(file)
+	if !ok {
+		return nil
+	}
+	if err := srv.StartRetention(rc); err != nil {
+		return err
+	}
+	log.Info("stateindex retention", "every", rc.Interval, "default", fmt.Sprintf("keep_last_n=%d delete_older_than=%s on_completion=%s",
+		file.Retention.Default.KeepLastN, file.Retention.Default.DeleteOlderThan, file.Retention.Default.OnCompletion), "overrides", len(file.Retention.Overrides))
 	return nil
 }
 

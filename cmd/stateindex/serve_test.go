@@ -14,6 +14,7 @@ import (
 
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/internal/config"
 )
 
@@ -119,8 +120,8 @@ func TestServeRefusesABadOrUnappliedConfig(t *testing.T) {
 	}{
 		{"a bad value", "cache:\n  mib: -1\n", nil, "si.yaml:2: cache.mib must be positive, got -1"},
 		{"a bad flag over a good file", "shards: 2\n", []string{"--shards", "0"}, "--shards must be positive, got 0"},
-		{"retention that removes", "retention:\n  on_completion: delete\n", nil, "retention/expiry are configured but this build does not apply them yet"},
-		{"expiry", "expiry:\n  overrides:\n    - {scope_prefix: tmp, inactive_after: 1h}\n", nil, "retention/expiry are configured but this build does not apply them yet"},
+		{"expiry", "expiry:\n  overrides:\n    - {scope_prefix: tmp, inactive_after: 1h}\n", nil, "expiry is configured but this build does not apply it yet"},
+		{"a bad retention interval", "retention:\n  interval: 0s\n", nil, "retention.interval must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -133,4 +134,30 @@ func TestServeRefusesABadOrUnappliedConfig(t *testing.T) {
 			assert.NoDirExists(t, filepath.Join(dir, "data"), "nothing is created before the configuration is accepted")
 		})
 	}
+}
+
+// The file's retention becomes the server's pass: the policy of each scope
+// by prefix, its archive directory under the data directory.
+func TestServeRetentionFromTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "si.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("data_dir: d\nretention:\n  interval: 30s\n  keep_last_n: 4\n  delete_older_than: 1d\n  on_completion: archive\n"+
+		"  overrides:\n    - {scope_prefix: tmp-, on_completion: delete, keep_last_n: 0}\n    - {scope_prefix: audit-, on_completion: keep}\n"), 0o600))
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	flags := config.RegisterFlags(fs)
+	require.NoError(t, fs.Parse([]string{"--config", path}))
+	file, err := flags.Resolve()
+	require.NoError(t, err)
+	rc, ok := retentionConfig(file)
+	require.True(t, ok)
+	assert.Equal(t, 30*time.Second, rc.Interval)
+	p, archive, on := rc.Policy("agent-1")
+	assert.True(t, on)
+	assert.Equal(t, frames.RetentionPolicy{KeepLastN: 4, OlderThan: int64(24 * time.Hour), OnCompletion: frames.CompletionArchive}, p)
+	assert.Equal(t, filepath.Join(dir, "d", "archive"), archive)
+	p, _, on = rc.Policy("tmp-7")
+	assert.True(t, on)
+	assert.Equal(t, frames.RetentionPolicy{OlderThan: int64(24 * time.Hour), OnCompletion: frames.CompletionDelete}, p)
+	_, _, on = rc.Policy("audit-2")
+	assert.False(t, on, "keep: the scope stays whole")
 }

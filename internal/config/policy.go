@@ -44,10 +44,12 @@ type RetentionOverride struct {
 	ArchiveDir      *string
 }
 
-// Retention is the server's retention: defaults plus per-prefix overrides.
+// Retention is the server's retention: defaults plus per-prefix overrides,
+// applied by a background pass every Interval.
 type Retention struct {
 	Default   RetentionPolicy
 	Overrides []RetentionOverride
+	Interval  time.Duration
 }
 
 // For returns the policy of scope: the server's default, changed key by

@@ -95,6 +95,7 @@ var settings = func() []setting {
 		s = append(s, setting{key: "retention." + k.key, spec: k.spec, field: func(f *File) any { return k.def(&f.Retention.Default) }})
 	}
 	s = append(s,
+		setting{key: "retention.interval", spec: positive(), field: func(f *File) any { return &f.Retention.Interval }},
 		setting{key: "retention.overrides", overrides: true},
 		setting{key: "expiry.inactive_after", spec: nonNegative(), field: func(f *File) any { return &f.Expiry.Default.InactiveAfter }},
 		setting{key: "expiry.overrides", overrides: true},

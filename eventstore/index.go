@@ -155,6 +155,9 @@ func (x *indexer) put(bk *buckets, ar *arena, stream string, version int64, raw 
 		if b, err = bk.index.CreateBucketIfNotExists([]byte(stream)); err != nil {
 			return err
 		}
+		// Request ids (UUIDv7) grow with time: pack pages nearly full; frame
+		// ids are random and split pages wherever they land.
+		b.FillPercent = 0.9
 		if x.buckets == nil {
 			x.buckets = make(map[string]*bolt.Bucket)
 		}

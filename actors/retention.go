@@ -184,8 +184,16 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 		}
 		base = sc.RecordedThrough
 	}
+	// The cut goes at most as far as the scope's latest snapshot (what it
+	// is rebuilt from afterwards): the actor writes one every
+	// SnapshotEvery events, so the pass writes one only for a scope that
+	// has none it can use.
+	limit, err := r.snapshotVersion(ctx, scope, base)
+	if err != nil {
+		return sr, err
+	}
 	plan, err := frames.PlanRetention(frames.RetentionInput{Policy: p, Now: now, Base: base, Head: sc.Head,
-		Runs: frames.RunsOf(sc.Finished), KeepFrom: sc.FirstSince})
+		Runs: frames.RunsOf(sc.Finished), KeepFrom: sc.FirstSince, Limit: limit})
 	if err != nil || plan.Through == 0 {
 		sr.Kept = plan.Kept
 		return sr, err
@@ -205,9 +213,6 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 		}
 		req.Archive, req.ArchiveSHA256, sr.Archive = path, digest, path
 	}
-	if err := r.ensureSnapshot(ctx, scope, plan.Through); err != nil {
-		return sr, err
-	}
 	if _, err := r.c.ApplyRetention(ctx, req); err != nil {
 		return sr, fmt.Errorf("recording the removal: %w", err)
 	}
@@ -220,24 +225,24 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 	return sr, nil
 }
 
-// ensureSnapshot makes sure a snapshot at or after through exists, so that
-// the scope can be rebuilt once the records before it are gone.
-func (r *retainer) ensureSnapshot(ctx context.Context, scope string, through int64) error {
+// snapshotVersion returns the version of the scope's latest usable
+// snapshot, writing one first if it has none past base.
+func (r *retainer) snapshotVersion(ctx context.Context, scope string, base int64) (int64, error) {
 	snap, ok, err := r.store.LoadSnapshot(ctx, scope)
-	if err == nil && ok && snap.Version >= through {
+	if err == nil && ok && snap.Version > base {
 		if _, fresh, _ := eventstore.DecodeState(scope, snap); fresh {
-			return nil
+			return snap.Version, nil
 		}
 	}
 	st, _, err := eventstore.LoadState(ctx, r.store, scope, int64(r.cfg.RequestHorizon), int64(r.cfg.ClockSkew), r.cfg.Logger)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	enc, err := eventstore.EncodeState(st)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return r.store.SaveSnapshot(ctx, scope, enc)
+	return enc.Version, r.store.SaveSnapshot(ctx, scope, enc)
 }
 
 // retentionRequestID is the request id of a removal: the same removal sent

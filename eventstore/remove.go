@@ -126,10 +126,12 @@ func (s *BoltStore) RemovePrefix(ctx context.Context, stream string, through int
 	if s.failed.Load() != nil {
 		return res, ErrWritesDisabled
 	}
-	// Everything acknowledged is in bbolt first: records below through are
-	// then immutable there.
-	if err := s.Flush(ctx); err != nil {
-		return res, err
+	// The records through the cut must be in bbolt (immutable there): wait
+	// for the applier only if some of them are still only in the journal.
+	if over := s.over.stream(stream); len(over) > 0 && over[0].version <= through {
+		if err := s.Flush(ctx); err != nil {
+			return res, err
+		}
 	}
 	first := true
 	for {

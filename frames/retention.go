@@ -72,6 +72,11 @@ type RetentionInput struct {
 	// KeepFrom is the first version that must stay for other reasons (the
 	// oldest request within the idempotency horizon); 0 when none.
 	KeepFrom int64
+	// Limit, when > 0, is the furthest the cut may go (the version of the
+	// scope's latest snapshot: what it is rebuilt from once the records
+	// before it are gone). The cut never splits a run: it stops before
+	// one that would straddle it.
+	Limit int64
 }
 
 // RetentionPlan says what a pass removes: the records through Through (0:
@@ -106,6 +111,17 @@ func PlanRetention(in RetentionInput) (RetentionPlan, error) {
 		}
 	}
 	through := keep - 1
+	if in.Limit > 0 && through > in.Limit {
+		through = in.Limit
+		for moved := true; moved; { // back off until no run straddles the cut
+			moved = false
+			for _, r := range runs {
+				if r.First <= through && through < r.Last {
+					through, moved = r.First-1, true
+				}
+			}
+		}
+	}
 	if through <= in.Base {
 		return RetentionPlan{Kept: kept}, nil
 	}

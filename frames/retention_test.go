@@ -42,6 +42,11 @@ func TestPlanRetention(t *testing.T) {
 			i.KeepFrom = 35
 			return i
 		}(), 34, 3, 1},
+		{"limited by the snapshot, never inside a run", func() frames.RetentionInput {
+			i := in(frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete})
+			i.Limit = 45 // inside run e (41..50): the cut backs off to 40
+			return i
+		}(), 40, 4, 1},
 		{"already removed past the cut", func() frames.RetentionInput {
 			i := in(frames.RetentionPolicy{KeepLastN: 3, OnCompletion: frames.CompletionDelete})
 			i.Base = 80

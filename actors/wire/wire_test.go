@@ -225,10 +225,10 @@ func TestWireNamesNeverChange(t *testing.T) {
 	assert.Equal(t, []string{
 		"PushFrame", "PopFrame", "UpdateFrame", "AddContextHandle", "AddResult", "RecordUsage",
 		"StartToolCall", "FinishToolCall", "AssembleContextPack", "SuspendFrame", "ResumeFrame",
-		"CompactContext", "ResumeActor", "GetFrame", "GetStack", "ApplyRetention",
+		"CompactContext", "ResumeActor", "GetFrame", "GetStack", "ApplyRetention", "DestroyScope",
 		"PushFrameReply", "PopFrameReply", "UpdateFrameReply", "AddContextHandleReply", "AddResultReply",
 		"RecordUsageReply", "StartToolCallReply", "FinishToolCallReply", "ContextPack", "SuspensionToken",
 		"ResumeFrameReply", "CompactionResult", "ActorResumeState", "GetFrameReply", "GetStackReply",
-		"ApplyRetentionReply", wire.FailureType,
+		"ApplyRetentionReply", "DestroyScopeReply", wire.FailureType,
 	}, wire.Names())
 }

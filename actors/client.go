@@ -149,6 +149,13 @@ func (c *Client) request(ctx context.Context, req messages.Request, _ time.Durat
 	return p.res, p.err
 }
 
+// DestroyScope removes everything a scope holds and starts it over empty
+// (messages.DestroyScope); without Force a scope with live frames is
+// refused with ErrLiveChildren.
+func (c *Client) DestroyScope(ctx context.Context, req *messages.DestroyScope) (*messages.DestroyScopeReply, error) {
+	return call[*messages.DestroyScopeReply](ctx, c, req)
+}
+
 // ApplyRetention records that a scope's history through a version is
 // removed (the server's retention pass uses it).
 func (c *Client) ApplyRetention(ctx context.Context, req *messages.ApplyRetention) (*messages.ApplyRetentionReply, error) {

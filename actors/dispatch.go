@@ -73,6 +73,12 @@ type opEntry struct {
 	// read answers a read from the scope's state, or with a job that
 	// reads the log (a frame that finished).
 	read func(h *handler, st *frames.State, req messages.Request) outcome
+	// after, when set, is store work a mutation needs once its events are
+	// applied (a destroy removes the scope's history): a job run with the
+	// scope held, before the reply goes out. A repeat of the request runs
+	// it again, which finishes what a crash or a failure interrupted; so
+	// it must be idempotent. A nil job means nothing to do.
+	after func(h *handler, st *frames.State, req messages.Request, reply messages.Reply) *job
 }
 
 // entryFor returns req's entry, or nil for a request no entry handles.
@@ -387,6 +393,35 @@ func init() {
 				return &messages.ApplyRetentionReply{Result: res, Through: e.Through}, nil
 			}),
 
+		// DestroyScope: one event, then (after) the scope's history removed
+		// from the store through the version before it.
+		messages.OpDestroyScope: func() opEntry {
+			e := mutation(
+				func(h *handler, st *frames.State, r *messages.DestroyScope, hdr frames.Header) (frames.Command, error) {
+					var hash string
+					if st.Version > 0 {
+						var err error
+						if hash, err = recordHash(h.store, st.Scope, st.Version); err != nil {
+							return nil, err
+						}
+					}
+					return &frames.DestroyScope{Header: hdr, Force: r.Force, Hash: hash, Why: r.Why}, nil
+				},
+				func(_ *handler, r *messages.DestroyScope, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+					e, err := first[*frames.ScopeDestroyed](r, evs)
+					if err != nil {
+						return nil, err
+					}
+					reply := &messages.DestroyScopeReply{Result: res, Through: e.Through, Cancelled: e.Cancelled, Tokens: e.Tokens}
+					for _, a := range e.Abandoned {
+						reply.Abandoned = append(reply.Abandoned, a.Call.ID)
+					}
+					return reply, nil
+				})
+			e.after = (*handler).removeDestroyed
+			return e
+		}(),
+
 		// A finished frame is read from the log, off the shard.
 		messages.OpGetFrame: readOrJob(func(h *handler, st *frames.State, r *messages.GetFrame) outcome {
 			answer := func(f *frames.Frame) messages.Reply {
@@ -442,6 +477,54 @@ func recordHash(store eventstore.Store, scope string, version int64) (string, er
 		return "", messages.Errorf(messages.CodeInvalidArgument, "version %d of scope %q is not stored", version, scope)
 	}
 	return got, nil
+}
+
+// removeDestroyed removes a destroyed scope's history from the store: a
+// snapshot of its state first (the empty scope, at or after the destroy),
+// then the records before the destroy, keeping as tombstones the request
+// ids within the horizon (eventstore.KeepRequestsSince), so that none is
+// applied again. The destroy's own record stays, the first of the scope,
+// for verify to check the removal against.
+func (h *handler) removeDestroyed(st *frames.State, req messages.Request, reply messages.Reply) *job {
+	r, ok := reply.(*messages.DestroyScopeReply)
+	if !ok || r.Through == 0 {
+		return nil
+	}
+	scope := st.Scope
+	snap, encErr := eventstore.EncodeState(st)
+	since := h.cfg.Clock().UnixNano() - st.Horizon - 2*st.Skew
+	type removed struct {
+		n   int64
+		err error
+	}
+	return &job{scope: scope,
+		run: func() any {
+			if encErr != nil {
+				return removed{err: encErr}
+			}
+			ctx := context.Background()
+			cur, ok, err := h.store.LoadSnapshot(ctx, scope)
+			if err != nil || !ok || cur.Version < snap.Version {
+				if err := h.store.SaveSnapshot(ctx, scope, snap); err != nil {
+					return removed{err: err}
+				}
+			}
+			res, err := h.store.RemovePrefix(ctx, scope, r.Through, eventstore.KeepRequestsSince(since))
+			return removed{res.Removed, err}
+		},
+		finish: func(v any) outcome {
+			rm := v.(removed)
+			if rm.err != nil {
+				h.log.Warn("stateindex: removing a destroyed scope's history failed; resending the request or the retention pass finishes it",
+					"scope", scope, "through", r.Through, "error", rm.err)
+				return replied(failure(req, messages.Errorf(messages.CodeStoreFailed,
+					"scope %q is destroyed (version %d), but removing its history through %d failed: %v; resend the request to finish it",
+					scope, r.Version, r.Through, rm.err)))
+			}
+			out := *r
+			out.Removed = rm.n
+			return replied(&out)
+		}}
 }
 
 // finishedJob reads a finished frame from the log off the shard

@@ -257,7 +257,7 @@ func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, inf
 		if d.state != nil {
 			return replied(h.fromState(req, d, st, info, start))
 		}
-		return outcome{job: h.repeatJob(req, d, rec)}
+		return outcome{job: h.repeatJob(req, d, rec, st)}
 	}
 	if m.IfVersion != nil && *m.IfVersion != st.Version {
 		return replied(failure(req, &messages.Error{Code: messages.CodeVersionConflict, Version: st.Version,
@@ -281,6 +281,18 @@ func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, inf
 	}
 	w.d, w.info, w.start = d, info, start
 	return outcome{w: w}
+}
+
+// afterWrite is what follows a write's reply: the entry's after job, if
+// it has one and the write succeeded, else the reply itself.
+func (h *handler) afterWrite(w *write, reply messages.Reply) outcome {
+	if w.d == nil || w.d.after == nil || reply.Failure() != nil {
+		return replied(reply)
+	}
+	if j := w.d.after(h, w.e.st, w.req, reply); j != nil {
+		return outcome{job: j}
+	}
+	return replied(reply)
 }
 
 // fromState answers a mutation of an entry with state without a write.
@@ -400,7 +412,9 @@ var errStop = errors.New("stop")
 
 // repeatJob answers a request id seen before with the reply the original
 // got, rebuilt from the events it appended, which it reads off the shard.
-func (h *handler) repeatJob(req messages.Request, d *opEntry, rec frames.RequestRecord) *job {
+// An entry's after job runs again (it is idempotent): a repeat finishes
+// what a crash interrupted.
+func (h *handler) repeatJob(req messages.Request, d *opEntry, rec frames.RequestRecord, st *frames.State) *job {
 	type read struct {
 		evs []frames.Event
 		err error
@@ -436,6 +450,11 @@ func (h *handler) repeatJob(req messages.Request, d *opEntry, rec frames.Request
 			reply, err := d.reply(h, req, r.evs, rec.LastVersion)
 			if err != nil {
 				return replied(failure(req, toWire(err)))
+			}
+			if d.after != nil {
+				if j := d.after(h, st, req, reply); j != nil {
+					return outcome{job: j}
+				}
 			}
 			return replied(reply)
 		}}

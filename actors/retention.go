@@ -31,8 +31,11 @@ type RetentionConfig struct {
 	// Interval is the time between passes (0: one pass each RunRetention call only).
 	Interval time.Duration
 	// Policy returns a scope's policy and where its archives go; ok false
-	// keeps the scope whole.
+	// keeps the scope whole. nil: no retention (expiry only).
 	Policy func(scope string) (p frames.RetentionPolicy, archiveDir string, ok bool)
+	// Expiry returns how long a scope may stay inactive (no event) before
+	// the pass destroys it, with Force (0: never; nil: no expiry).
+	Expiry func(scope string) time.Duration
 }
 
 // ScopeRetention is what one pass did to one scope.
@@ -44,6 +47,10 @@ type ScopeRetention struct {
 	Removed int64  // records deleted from the store by this pass
 	Archive string // the archive written, if any
 	Why     string
+	// Expired says the pass destroyed the scope for inactivity; Cancelled
+	// are the live frames the destroy cancelled.
+	Expired   bool
+	Cancelled []string
 }
 
 // RetentionReport is what a pass did.
@@ -67,8 +74,8 @@ type retainer struct {
 // StartRetention starts the background retention pass with rc; Stop ends
 // it. Calling it twice replaces nothing: the second call is refused.
 func (s *Server) StartRetention(rc RetentionConfig) error {
-	if rc.Policy == nil {
-		return errors.New("actors: retention needs a policy")
+	if rc.Policy == nil && rc.Expiry == nil {
+		return errors.New("actors: retention needs a policy or an expiry")
 	}
 	if s.ret != nil {
 		return errors.New("actors: retention is already running")
@@ -113,7 +120,10 @@ func (r *retainer) loop() {
 				r.cfg.Logger.Warn("stateindex: retention", "error", err)
 			}
 			for _, sr := range rep.Scopes {
-				if sr.Through > 0 || sr.Removed > 0 {
+				if sr.Expired {
+					r.cfg.Logger.Info("stateindex: expiry destroyed an inactive scope", "scope", sr.Scope, "through", sr.Through,
+						"cancelled", len(sr.Cancelled), "records_removed", sr.Removed, "why", sr.Why)
+				} else if sr.Through > 0 || sr.Removed > 0 {
 					r.cfg.Logger.Info("stateindex: retention", "scope", sr.Scope, "through", sr.Through, "runs", sr.Runs,
 						"records_removed", sr.Removed, "archive", sr.Archive)
 				}
@@ -149,6 +159,23 @@ func (r *retainer) pass(ctx context.Context) RetentionReport {
 		if ctx.Err() != nil {
 			break
 		}
+		if r.rc.Expiry != nil {
+			if d := r.rc.Expiry(scope); d > 0 {
+				sr, done, err := r.expire(ctx, scope, d)
+				if err != nil {
+					rep.Errors = append(rep.Errors, fmt.Errorf("scope %q: expiry: %w", scope, err))
+				}
+				if sr.Expired || sr.Removed > 0 {
+					rep.Scopes = append(rep.Scopes, sr)
+				}
+				if done || err != nil {
+					continue
+				}
+			}
+		}
+		if r.rc.Policy == nil {
+			continue
+		}
 		p, dir, ok := r.rc.Policy(scope)
 		if !ok {
 			continue
@@ -177,8 +204,8 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 	// A removal recorded and not finished (a crash, or a failure) first.
 	base := sc.Base.Version
 	if sc.RecordedThrough > base {
-		res, err := r.store.RemovePrefix(ctx, scope, sc.RecordedThrough)
-		sr.Removed += res.Removed
+		n, err := r.finishRecorded(ctx, scope, sc, now-keep)
+		sr.Removed += n
 		if err != nil {
 			return sr, err
 		}
@@ -223,6 +250,76 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 	}
 	sr.Through, sr.Runs, sr.Kept, sr.Why = plan.Through, len(plan.Removed), plan.Kept, plan.Why
 	return sr, nil
+}
+
+// finishRecorded carries out the removal a scope records and the store
+// has not finished (sc.RecordedThrough past sc.Base): a retention's, or a
+// destroy's, which keeps the request ids since keepSince as tombstones. A
+// destroy saves its snapshot after its record, so one is ensured here.
+func (r *retainer) finishRecorded(ctx context.Context, scope string, sc eventstore.HistoryScan, keepSince int64) (int64, error) {
+	if err := r.ensureSnapshot(ctx, scope, sc.RecordedThrough); err != nil {
+		return 0, err
+	}
+	var opts []eventstore.RemoveOption
+	if sc.Destroyed {
+		opts = append(opts, eventstore.KeepRequestsSince(keepSince))
+	}
+	res, err := r.store.RemovePrefix(ctx, scope, sc.RecordedThrough, opts...)
+	return res.Removed, err
+}
+
+// expire applies inactivity expiry to one scope: a scope whose last record
+// is older than after is destroyed with Force, through its actor, by a
+// request with a deterministic id guarded by the version seen (a scope
+// written to meanwhile is left alone). A scope whose last record is its
+// destroy is already empty: its removal is finished if a crash
+// interrupted it, nothing more. done says the scope needs no retention
+// this pass.
+func (r *retainer) expire(ctx context.Context, scope string, after time.Duration) (sr ScopeRetention, done bool, err error) {
+	sr = ScopeRetention{Scope: scope}
+	head, at, typ, ok, err := eventstore.LastRecord(ctx, r.store, scope)
+	if err != nil || !ok {
+		return sr, false, err
+	}
+	now := r.cfg.Clock().UnixNano()
+	if typ == frames.TypeScopeDestroyed {
+		keep := int64(r.cfg.RequestHorizon) + 2*int64(r.cfg.ClockSkew)
+		sc, err := eventstore.ScanHistory(ctx, r.store, scope, now-keep)
+		if err != nil || sc.RecordedThrough <= sc.Base.Version {
+			return sr, true, err
+		}
+		sr.Removed, err = r.finishRecorded(ctx, scope, sc, now-keep)
+		return sr, true, err
+	}
+	idle := time.Duration(now - at)
+	if idle <= after {
+		return sr, false, nil
+	}
+	req := &messages.DestroyScope{Header: messages.Header{Scope: scope, RequestID: expiryRequestID(scope, head), IfVersion: &head},
+		Force: true, Why: fmt.Sprintf("inactive for %s (expiry after %s)", idle.Round(time.Second), after)}
+	reply, err := r.c.DestroyScope(ctx, req)
+	if errors.Is(err, ErrVersionConflict) {
+		return sr, false, nil // written to since: active
+	}
+	if err != nil {
+		return sr, true, err
+	}
+	sr.Expired, sr.Through, sr.Removed, sr.Cancelled, sr.Why = true, reply.Through, reply.Removed, reply.Cancelled, req.Why
+	return sr, true, nil
+}
+
+// expiryRequestID is the request id of an expiry's destroy of a scope at
+// version head: the same destroy sent again is answered, not applied twice.
+func expiryRequestID(scope string, head int64) string {
+	sum := sha256.Sum256([]byte(scope))
+	return "expiry:" + hex.EncodeToString(sum[:12]) + ":" + strconv.FormatInt(head, 10)
+}
+
+// ensureSnapshot makes sure a snapshot at or after through exists, so that
+// the scope can be rebuilt once the records before it are gone.
+func (r *retainer) ensureSnapshot(ctx context.Context, scope string, through int64) error {
+	_, err := r.snapshotVersion(ctx, scope, through-1)
+	return err
 }
 
 // snapshotVersion returns the version of the scope's latest usable

@@ -120,8 +120,10 @@ func (s *shard) Receive(c actor.Context) {
 	case messages.Request:
 		s.request(c, m, replyTo{pid: c.Sender()})
 	case *committed:
-		s.reply(c, m.to, m.w.req, s.h.finish(m.w, m.res, m.err))
-		s.resume(c, m.w.e.st.Scope)
+		scope := m.w.e.st.Scope
+		if !s.run(c, scope, m.w.req, m.to, s.h.afterWrite(m.w, s.h.finish(m.w, m.res, m.err))) {
+			s.resume(c, scope)
+		}
 	case *jobDone:
 		if !s.run(c, m.job.scope, m.req, m.to, m.job.finish(m.v)) {
 			s.resume(c, m.job.scope)

@@ -72,6 +72,15 @@ func (h scopeHistory) Request(id string) (frames.RequestRecord, bool, error) {
 	if err != nil || !ok {
 		return frames.RequestRecord{}, false, err
 	}
+	base, err := h.store.StreamBase(ctx, h.scope)
+	if err != nil {
+		return frames.RequestRecord{}, false, err
+	}
+	if sp.First <= base.Version {
+		// A tombstone a destroy kept (KeepRequestsSince): applied, its
+		// records gone.
+		return frames.RequestRecord{ID: id, FirstVersion: sp.First, LastVersion: sp.Last, Gone: true}, true, nil
+	}
 	ev, err := readOne(ctx, h.store, h.scope, sp.First)
 	if err != nil {
 		return frames.RequestRecord{}, false, err

@@ -152,8 +152,12 @@ func (m *MemoryStore) StreamBase(ctx context.Context, stream string) (Base, erro
 }
 
 // RemovePrefix implements Store.
-func (m *MemoryStore) RemovePrefix(ctx context.Context, stream string, through int64) (RemoveResult, error) {
+func (m *MemoryStore) RemovePrefix(ctx context.Context, stream string, through int64, opts ...RemoveOption) (RemoveResult, error) {
 	var res RemoveResult
+	var o removeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := checkStream(stream); err != nil {
 		return res, err
 	}
@@ -181,16 +185,24 @@ func (m *MemoryStore) RemovePrefix(ctx context.Context, stream string, through i
 	if !ok || parseSnapshot(snap, &f) != nil || f.version < through {
 		return res, fmt.Errorf("%w: stream %q, through %d", ErrSnapshotBehind, stream, through)
 	}
+	old := ms.base
+	at := func(v int64) int64 {
+		var f recordFields
+		if v < 1 || v > int64(len(ms.recs)) || ms.recs[v-1] == nil || parseRecord(ms.recs[v-1], &f) != nil {
+			return 0
+		}
+		return metaAt(f.data)
+	}
+	for k, sp := range ms.idx[stream] {
+		if (sp.Last <= through || (k[0] == 'r' && sp.First <= through)) && !o.keeps([]byte(k), sp, old, through, at) {
+			delete(ms.idx[stream], k)
+		}
+	}
 	ms.base = Base{Version: through, Hash: sha256.Sum256(ms.recs[through-1])}
 	for v := int64(1); v <= through; v++ {
 		if ms.recs[v-1] != nil {
 			ms.recs[v-1] = nil
 			res.Removed++
-		}
-	}
-	for k, sp := range ms.idx[stream] {
-		if sp.Last <= through || (k[0] == 'r' && sp.First <= through) {
-			delete(ms.idx[stream], k)
 		}
 	}
 	res.Base = ms.base

@@ -88,6 +88,33 @@ func readRemovedSeq(meta *bolt.Bucket) uint64 {
 	return 0
 }
 
+// RemoveOption changes what RemovePrefix keeps.
+type RemoveOption func(*removeOptions)
+
+type removeOptions struct {
+	keepRequests      bool
+	keepRequestsSince int64
+}
+
+// KeepRequestsSince keeps, as tombstones, the index entries of the
+// requests wholly in the removed prefix whose first record's server time
+// (unix ns) is at or after since: a destroy keeps the request ids within
+// the idempotency horizon, so that none is applied again. Lookup still
+// finds such a request, with a span at or below the stream's base (its
+// records are gone); History answers it as gone (frames.RequestRecord.Gone).
+// Tombstones an earlier removal kept are kept too; a removal without this
+// option drops them.
+func KeepRequestsSince(since int64) RemoveOption {
+	return func(o *removeOptions) { o.keepRequests, o.keepRequestsSince = true, since }
+}
+
+func (o removeOptions) keeps(k []byte, sp Span, base Base, through int64, at func(int64) int64) bool {
+	if !o.keepRequests || len(k) == 0 || k[0] != 'r' || sp.Last > through {
+		return false
+	}
+	return sp.First <= base.Version || at(sp.First) >= o.keepRequestsSince
+}
+
 // RemoveResult says what RemovePrefix did.
 type RemoveResult struct {
 	Base    Base  // the stream's base afterwards
@@ -115,8 +142,12 @@ func (s *BoltStore) StreamBase(ctx context.Context, stream string) (Base, error)
 // file). through must not pass the stream's head, and a snapshot at or
 // after through must exist (ErrSnapshotBehind). A through at or below the
 // current base only finishes an interrupted removal.
-func (s *BoltStore) RemovePrefix(ctx context.Context, stream string, through int64) (RemoveResult, error) {
+func (s *BoltStore) RemovePrefix(ctx context.Context, stream string, through int64, opts ...RemoveOption) (RemoveResult, error) {
 	var res RemoveResult
+	var o removeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := checkStream(stream); err != nil {
 		return res, err
 	}
@@ -176,11 +207,20 @@ func (s *BoltStore) RemovePrefix(ctx context.Context, stream string, through int
 				if !ok {
 					return corrupt(stream, through, "record is missing")
 				}
+				old := base
 				base = Base{Version: through, Hash: Hash(sha256.Sum256(raw))}
 				if err := bk.bases.Put(src.key, appendBase(nil, base)); err != nil {
 					return err
 				}
-				if err := dropIndexPrefix(bk, stream, through); err != nil {
+				at := func(v int64) int64 {
+					raw, ok, err := src.get(v)
+					var f recordFields
+					if err != nil || !ok || parseRecord(raw, &f) != nil {
+						return 0
+					}
+					return metaAt(f.data)
+				}
+				if err := dropIndexPrefix(bk, stream, through, func(k []byte, sp Span) bool { return o.keeps(k, sp, old, through, at) }); err != nil {
 					return err
 				}
 				res.Base = base
@@ -234,9 +274,10 @@ func (s *BoltStore) RemovePrefix(ctx context.Context, stream string, through int
 
 // dropIndexPrefix removes the index entries of the removed prefix: every
 // entry whose records all lie in it, and every request entry that starts in
-// it (a request cut in two can no longer be answered from the log). A
-// frame whose first records were removed keeps its entry.
-func dropIndexPrefix(bk *buckets, stream string, through int64) error {
+// it (a request cut in two can no longer be answered from the log), except
+// the tombstones keep names. A frame whose first records were removed
+// keeps its entry.
+func dropIndexPrefix(bk *buckets, stream string, through int64, keep func(k []byte, sp Span) bool) error {
 	ib := bk.index.Bucket([]byte(stream))
 	if ib == nil {
 		return nil
@@ -247,7 +288,7 @@ func dropIndexPrefix(bk *buckets, stream string, through int64) error {
 		if err != nil {
 			return err
 		}
-		if sp.Last <= through || (len(k) > 0 && k[0] == 'r' && sp.First <= through) {
+		if (sp.Last <= through || (len(k) > 0 && k[0] == 'r' && sp.First <= through)) && !keep(k, sp) {
 			drop = append(drop, append([]byte(nil), k...))
 		}
 		return nil

@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 
 	"github.com/stateindex/stateindex/frames"
 )
@@ -18,9 +19,13 @@ type HistoryScan struct {
 	// FirstSince is the first version whose server time is at or after the
 	// time ScanHistory was given (0 if none).
 	FirstSince int64
-	// RecordedThrough is the latest scope.retention_applied's Through: a
-	// removal the store may not have finished (0 if none).
+	// RecordedThrough is the latest scope.retention_applied's or
+	// scope.destroyed's Through: a removal the store may not have finished
+	// (0 if none).
 	RecordedThrough int64
+	// Destroyed says the removal recorded is a destroy's (its request ids
+	// are kept: KeepRequestsSince).
+	Destroyed bool
 }
 
 // ScanHistory reads scope's records after its base. since is a server time
@@ -59,7 +64,15 @@ func ScanHistory(ctx context.Context, store Store, scope string, since int64) (H
 			if err != nil {
 				return err
 			}
-			sc.RecordedThrough = ev.(*frames.RetentionApplied).Through
+			sc.RecordedThrough, sc.Destroyed = ev.(*frames.RetentionApplied).Through, false
+		case frames.TypeScopeDestroyed:
+			ev, err := DecodeFrameEvent(r)
+			if err != nil {
+				return err
+			}
+			if th := ev.(*frames.ScopeDestroyed).Through; th > 0 {
+				sc.RecordedThrough, sc.Destroyed = th, true
+			}
 		}
 		return nil
 	})
@@ -112,4 +125,24 @@ func metaAt(data []byte) int64 {
 		}
 	}
 	return 0
+}
+
+// LastRecord reads scope's head record: its version, server time (unix
+// ns) and type — what inactivity expiry looks at. ok is false for a scope
+// with no record stored.
+func LastRecord(ctx context.Context, store Store, scope string) (version, at int64, typ string, ok bool, err error) {
+	info, err := store.Stream(ctx, scope)
+	if err != nil || info.Version == 0 {
+		return 0, 0, "", false, err
+	}
+	err = store.ReadStream(ctx, scope, info.Version, func(r Record) error {
+		if r.Version == info.Version {
+			version, at, typ, ok = r.Version, metaAt(r.Data), r.Type, true
+		}
+		return errStopRead
+	})
+	if errors.Is(err, errStopRead) {
+		err = nil
+	}
+	return version, at, typ, ok, err
 }

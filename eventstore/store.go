@@ -107,7 +107,8 @@ type Store interface {
 	// named. A snapshot at or after through must exist
 	// (ErrSnapshotBehind); through must not pass the head. A through at or
 	// below the base changes nothing (it finishes an interrupted removal).
-	RemovePrefix(ctx context.Context, stream string, through int64) (RemoveResult, error)
+	// KeepRequestsSince keeps request ids as tombstones (destroy).
+	RemovePrefix(ctx context.Context, stream string, through int64, opts ...RemoveOption) (RemoveResult, error)
 	// StreamBase returns where the stream's stored history begins: the
 	// version and hash of the last record RemovePrefix removed (zero if
 	// none).

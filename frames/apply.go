@@ -54,6 +54,8 @@ func Apply(s *State, e Event) error {
 		} else {
 			s.RemovedThrough = ev.Through
 		}
+	case *ScopeDestroyed:
+		err = applyDestroyed(s, ev, version)
 	default:
 		return fmt.Errorf("%w: %T", ErrUnknownEventType, e)
 	}
@@ -453,4 +455,29 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// applyDestroyed starts the scope over empty: only its version (which
+// goes on counting), what it removed through, and its request-id horizon
+// remain. The event must name exactly the live frames it cancelled.
+func applyDestroyed(s *State, e *ScopeDestroyed, version int64) error {
+	if e.Through != version-1 {
+		return inconsistent("scope destroyed through %d at version %d", e.Through, version)
+	}
+	live, calls, tokens := destroyed(s)
+	if len(live) != len(e.Cancelled) || len(calls) != len(e.Abandoned) || tokens != e.Tokens || (len(live) > 0 && !e.Forced) {
+		return inconsistent("scope destroyed naming %d cancelled frame(s), %d call(s) and %d token(s) (forced %v); it has %d, %d and %d",
+			len(e.Cancelled), len(e.Abandoned), e.Tokens, e.Forced, len(live), len(calls), tokens)
+	}
+	for i, id := range live {
+		if e.Cancelled[i] != id {
+			return inconsistent("scope destroyed cancelling %q where %q is live", e.Cancelled[i], id)
+		}
+	}
+	s.Frames, s.Order, s.Tokens, s.Abandoned = map[string]*Frame{}, nil, map[string]*TokenRecord{}, nil
+	s.Finished, s.Resumes = 0, 0
+	if e.Through > s.RemovedThrough {
+		s.RemovedThrough = e.Through
+	}
+	return nil
 }

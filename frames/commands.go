@@ -161,3 +161,15 @@ type ApplyRetention struct {
 	Archive       string
 	ArchiveSHA256 string
 }
+
+// DestroyScope removes everything the scope holds: its frames, tokens and
+// history (see ScopeDestroyed). A scope with live frames (and so unused
+// tokens or tool calls in doubt) is refused unless Force, which cancels
+// them. Hash is the hex hash of the scope's head record (the last record
+// the shell removes), "" for a scope without events.
+type DestroyScope struct {
+	Header
+	Force bool
+	Hash  string
+	Why   string
+}

@@ -61,6 +61,8 @@ func Decide(cfg Config, s *State, cmd Command) ([]Event, error) {
 		evs, err = d.resumeActor(c)
 	case *ApplyRetention:
 		evs, err = d.retention(c)
+	case *DestroyScope:
+		evs, err = d.destroy(c)
 	default:
 		return nil, invalid("unknown command %T", cmd)
 	}
@@ -96,6 +98,10 @@ func (s *State) CheckRequest(id string, hash []byte, now int64) (rec RequestReco
 	}
 	if !ok {
 		return RequestRecord{}, false, nil
+	}
+	if rec.Gone {
+		return RequestRecord{}, false, fmt.Errorf("%w: %q was applied before the scope was destroyed; its reply is gone, and it is not applied again",
+			ErrRequestExpired, id)
 	}
 	if string(rec.Hash) != string(hash) {
 		return RequestRecord{}, false, fmt.Errorf("%w: %q", ErrRequestIDReused, id)
@@ -758,4 +764,51 @@ func (d decider) retention(c *ApplyRetention) ([]Event, error) {
 	}
 	return []Event{&RetentionApplied{Meta: d.meta("", ReasonUserMessage), Through: c.Through, Hash: c.Hash, Runs: c.Runs,
 		Why: c.Why, Archive: c.Archive, ArchiveSHA256: c.ArchiveSHA256}}, nil
+}
+
+// destroyed lists what a destroy of s drops: its live frames in push
+// order, the tool calls that may have run (in doubt on the live frames,
+// then those already abandoned) and its unused tokens.
+func destroyed(s *State) (live []string, calls []AbandonedCall, tokens int64) {
+	for _, f := range s.LiveFrames() {
+		live = append(live, f.ID)
+		for _, c := range f.InDoubt() {
+			c.Input = cloneBytes(c.Input)
+			c.Abandoned = true
+			calls = append(calls, AbandonedCall{FrameID: f.ID, Goal: f.Goal, Status: StatusCancelled, Call: c})
+		}
+	}
+	for _, a := range s.Abandoned {
+		a.Call.Input = cloneBytes(a.Call.Input)
+		calls = append(calls, a)
+	}
+	for _, t := range s.Tokens {
+		if !t.Used {
+			tokens++
+		}
+	}
+	return live, calls, tokens
+}
+
+func (d decider) destroy(c *DestroyScope) ([]Event, error) {
+	if err := checkText("why", c.Why, d.cfg.MaxNameBytes); err != nil {
+		return nil, err
+	}
+	switch {
+	case d.s.Version == 0 && c.Hash != "":
+		return nil, invalid("destroy hash %q of a scope without events", c.Hash)
+	case d.s.Version > 0 && (len(c.Hash) != 64 || strings.Trim(c.Hash, "0123456789abcdef") != ""):
+		return nil, invalid("destroy hash %q is not a lowercase hex SHA-256", c.Hash)
+	}
+	live, calls, tokens := destroyed(d.s)
+	if len(live) > 0 && !c.Force {
+		inDoubt := 0
+		for _, f := range d.s.LiveFrames() {
+			inDoubt += len(f.InDoubt())
+		}
+		return nil, fmt.Errorf("%w: scope %q has %d live frame(s), %d unused suspension token(s) and %d tool call(s) in doubt: "+
+			"destroy with force to cancel them", ErrLiveChildren, d.s.Scope, len(live), tokens, inDoubt)
+	}
+	return []Event{&ScopeDestroyed{Meta: d.meta("", ReasonUserMessage), Through: d.s.Version, Hash: c.Hash, Forced: c.Force,
+		Cancelled: live, Abandoned: calls, Tokens: tokens, Why: c.Why}}, nil
 }

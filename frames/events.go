@@ -42,6 +42,7 @@ const (
 	TypeToolStarted    = "tool.started"
 	TypeToolFinished   = "tool.finished"
 	TypeRetention      = "scope.retention_applied"
+	TypeScopeDestroyed = "scope.destroyed"
 )
 
 // NewEvent returns a zero event of the named type, for decoders.
@@ -73,6 +74,8 @@ func NewEvent(eventType string) (Event, error) {
 		return &ToolFinished{}, nil
 	case TypeRetention:
 		return &RetentionApplied{}, nil
+	case TypeScopeDestroyed:
+		return &ScopeDestroyed{}, nil
 	}
 	return nil, ErrUnknownEventType
 }
@@ -232,6 +235,7 @@ func (e *ToolFinished) EventType() string   { return TypeToolFinished }
 func (e *RetentionApplied) EventType() string {
 	return TypeRetention
 }
+func (e *ScopeDestroyed) EventType() string { return TypeScopeDestroyed }
 
 // EventMeta returns the embedded metadata.
 func (m *Meta) EventMeta() *Meta { return m }
@@ -249,4 +253,25 @@ type RetentionApplied struct {
 	Why           string `msgpack:"w"`
 	Archive       string `msgpack:"ar,omitempty"`
 	ArchiveSHA256 string `msgpack:"as,omitempty"`
+}
+
+// ScopeDestroyed: the scope was destroyed. Everything before this event is
+// removed from the store (Through, the version before it, and Hash, the hex
+// SHA-256 of that record, as for RetentionApplied: "" and 0 for a scope
+// that had no events), and the projection starts over empty; the version
+// goes on counting. It is one event, so that it is the first record of
+// what the store keeps and verify can check the removal against it: the
+// live frames a Force cancelled are named here (Cancelled, in push order),
+// with the tool calls that may have run and no longer have a record
+// (Abandoned: those in doubt on the cancelled frames, then those the scope
+// had on record as abandoned), and the unused tokens dropped.
+type ScopeDestroyed struct {
+	Meta      `msgpack:",inline"`
+	Through   int64           `msgpack:"th"`
+	Hash      string          `msgpack:"h,omitempty"`
+	Forced    bool            `msgpack:"fo,omitempty"`
+	Cancelled []string        `msgpack:"cx,omitempty"`
+	Abandoned []AbandonedCall `msgpack:"ab,omitempty"`
+	Tokens    int64           `msgpack:"tk,omitempty"`
+	Why       string          `msgpack:"w,omitempty"`
 }

@@ -18,6 +18,16 @@ func NewLogHistory() *LogHistory {
 // Add records e, the scope's event at version.
 func (h *LogHistory) Add(version int64, e Event) {
 	m := e.EventMeta()
+	if _, ok := e.(*ScopeDestroyed); ok {
+		// The scope's frames and records are gone; its request ids stay,
+		// marked, so that none is applied again (the store keeps them the
+		// same way: eventstore.KeepRequestsSince).
+		clear(h.finished)
+		for id, r := range h.requests {
+			r.Gone = true
+			h.requests[id] = r
+		}
+	}
 	if p, ok := e.(*FramePopped); ok {
 		h.finished[m.Frame] = p.Status
 	}

@@ -23,6 +23,9 @@ type RequestRecord struct {
 	// At is the server time of the request's events (unix ns); 0 in
 	// snapshots written before the horizon existed (Normalize fills it).
 	At int64 `msgpack:"a,omitempty"`
+	// Gone says the request's records were removed by a destroy of the
+	// scope within the horizon: it was applied, and its reply is gone.
+	Gone bool `msgpack:"-"`
 }
 
 // TokenRecord is a suspension token the scope issued.

@@ -89,6 +89,9 @@ func (r *ResumeActor) Mut() *Header { return &r.Header }
 // Mut returns the header of a mutating request.
 func (r *ApplyRetention) Mut() *Header { return &r.Header }
 
+// Mut returns the header of a mutating request.
+func (r *DestroyScope) Mut() *Header { return &r.Header }
+
 // Reply is any StateIndex reply: it carries its result or an *Error.
 type Reply interface {
 	Failure() *Error
@@ -509,4 +512,33 @@ type ApplyRetention struct {
 type ApplyRetentionReply struct {
 	Result  `msgpack:",inline"`
 	Through int64 `msgpack:"th"`
+}
+
+// DestroyScope removes everything the scope holds — its frames, tokens,
+// history and snapshots — and starts it over empty (seed 004's destroy()).
+// A scope with live frames (and so unused suspension tokens or tool calls
+// in doubt) is refused (live_children) unless Force, which cancels them:
+// the destroy records which, with the tool calls that may have run. The
+// version goes on counting, and a request id the scope committed before is
+// never applied again: within the idempotency horizon it is refused
+// (request_expired: its reply is gone), past it as expired. A scope used
+// again after a destroy starts empty.
+type DestroyScope struct {
+	Header `msgpack:",inline"`
+	Force  bool   `msgpack:"fo,omitempty"`
+	Why    string `msgpack:"w,omitempty"`
+}
+
+// DestroyScopeReply says what the destroy removed: the history through
+// Through (the version before the destroy's own record, which stays as the
+// scope's first), the live frames it cancelled and the tool calls that may
+// have run (Abandoned: in doubt on those frames, or abandoned before), and
+// the records the store deleted (0 on a repeat).
+type DestroyScopeReply struct {
+	Result    `msgpack:",inline"`
+	Through   int64    `msgpack:"th"`
+	Cancelled []string `msgpack:"cx,omitempty"`
+	Abandoned []string `msgpack:"ab,omitempty"` // tool call ids
+	Tokens    int64    `msgpack:"tk,omitempty"`
+	Removed   int64    `msgpack:"rm,omitempty"`
 }

@@ -23,6 +23,7 @@ const (
 	OpGetFrame
 	OpGetStack
 	OpApplyRetention
+	OpDestroyScope
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -80,6 +81,8 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(GetStack) }, NewReply: func() Reply { return new(GetStackReply) }},
 	OpApplyRetention: {Name: "ApplyRetention", ReplyName: "ApplyRetentionReply", Mutates: true,
 		NewRequest: func() Request { return new(ApplyRetention) }, NewReply: func() Reply { return new(ApplyRetentionReply) }},
+	OpDestroyScope: {Name: "DestroyScope", ReplyName: "DestroyScopeReply", Mutates: true,
+		NewRequest: func() Request { return new(DestroyScope) }, NewReply: func() Reply { return new(DestroyScopeReply) }},
 }
 
 func init() {
@@ -171,3 +174,6 @@ func (*GetStack) Op() Op { return OpGetStack }
 
 // Op returns OpApplyRetention.
 func (*ApplyRetention) Op() Op { return OpApplyRetention }
+
+// Op returns OpDestroyScope.
+func (*DestroyScope) Op() Op { return OpDestroyScope }

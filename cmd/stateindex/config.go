@@ -48,9 +48,6 @@ override the file here as they do for serve.
 	if *explain {
 		return file.Explain(stdout)
 	}
-	if file.Expiry.Enabled() {
-		return fmt.Errorf("%s: %w", flags.Config, errHistoryPolicies)
-	}
 	_, err = fmt.Fprintf(stdout, "%s: ok\n", flags.Config)
 	return err
 }

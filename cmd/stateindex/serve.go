@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,26 +28,27 @@ func init() {
 	register(command{name: "serve", summary: "[--config FILE] --data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]]   run the StateIndex", run: serve})
 }
 
-// errHistoryPolicies refuses a configuration that asks for expiry: this
-// build reads it but does not apply it, and a server that silently kept
-// what its operator told it to remove would be worse than one that does not
-// start.
-var errHistoryPolicies = errors.New("expiry is configured but this build does not apply it yet: " +
-	"set expiry.inactive_after to 0 (in the overrides too)")
-
-// retentionConfig turns the file's retention into the server's pass (ok
-// false when no scope's policy removes anything).
+// retentionConfig turns the file's retention and expiry into the server's
+// background pass (ok false when no scope's policy removes anything and no
+// scope expires).
 func retentionConfig(file *config.File) (actors.RetentionConfig, bool) {
-	r := file.Retention
-	if !r.Enabled() {
+	r, x := file.Retention, file.Expiry
+	if !r.Enabled() && !x.Enabled() {
 		return actors.RetentionConfig{}, false
 	}
-	dataDir := file.DataDir
-	return actors.RetentionConfig{Interval: r.Interval, Policy: func(scope string) (frames.RetentionPolicy, string, bool) {
-		p := r.For(scope)
-		return frames.RetentionPolicy{KeepLastN: p.KeepLastN, OlderThan: int64(p.DeleteOlderThan), OnCompletion: frames.Completion(p.OnCompletion)},
-			p.ArchivePath(dataDir), p.OnCompletion != config.Keep
-	}}, true
+	rc := actors.RetentionConfig{Interval: r.Interval}
+	if r.Enabled() {
+		dataDir := file.DataDir
+		rc.Policy = func(scope string) (frames.RetentionPolicy, string, bool) {
+			p := r.For(scope)
+			return frames.RetentionPolicy{KeepLastN: p.KeepLastN, OlderThan: int64(p.DeleteOlderThan), OnCompletion: frames.Completion(p.OnCompletion)},
+				p.ArchivePath(dataDir), p.OnCompletion != config.Keep
+		}
+	}
+	if x.Enabled() {
+		rc.Expiry = func(scope string) time.Duration { return x.For(scope).InactiveAfter }
+	}
+	return rc, true
 }
 
 // serveConfig turns a resolved configuration into the StateIndex's
@@ -69,9 +69,6 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	file, err := flags.Resolve()
 	if err != nil {
 		return err
-	}
-	if file.Expiry.Enabled() {
-		return errHistoryPolicies
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(file.LogLevel)); err != nil { // config checked it; kept for safety
@@ -222,7 +219,8 @@ func startRetention(srv *actors.Server, file *config.File, log *slog.Logger) err
 		return err
 	}
 	log.Info("stateindex retention", "every", rc.Interval, "default", fmt.Sprintf("keep_last_n=%d delete_older_than=%s on_completion=%s",
-		file.Retention.Default.KeepLastN, file.Retention.Default.DeleteOlderThan, file.Retention.Default.OnCompletion), "overrides", len(file.Retention.Overrides))
+		file.Retention.Default.KeepLastN, file.Retention.Default.DeleteOlderThan, file.Retention.Default.OnCompletion), "overrides", len(file.Retention.Overrides),
+		"expiry", fmt.Sprintf("inactive_after=%s", file.Expiry.Default.InactiveAfter), "expiry_overrides", len(file.Expiry.Overrides))
 	return nil
 }
 

@@ -112,7 +112,7 @@ func TestServeWithoutConfigKeepsTheDefaults(t *testing.T) {
 	assert.Equal(t, eventstore.DefaultApplyBytes, opts.ApplyBytes)
 }
 
-func TestServeRefusesABadOrUnappliedConfig(t *testing.T) {
+func TestServeRefusesABadConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml string
 		args       []string
@@ -120,7 +120,6 @@ func TestServeRefusesABadOrUnappliedConfig(t *testing.T) {
 	}{
 		{"a bad value", "cache:\n  mib: -1\n", nil, "si.yaml:2: cache.mib must be positive, got -1"},
 		{"a bad flag over a good file", "shards: 2\n", []string{"--shards", "0"}, "--shards must be positive, got 0"},
-		{"expiry", "expiry:\n  overrides:\n    - {scope_prefix: tmp, inactive_after: 1h}\n", nil, "expiry is configured but this build does not apply it yet"},
 		{"a bad retention interval", "retention:\n  interval: 0s\n", nil, "retention.interval must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,4 +159,40 @@ func TestServeRetentionFromTheFile(t *testing.T) {
 	assert.Equal(t, frames.RetentionPolicy{OlderThan: int64(24 * time.Hour), OnCompletion: frames.CompletionDelete}, p)
 	_, _, on = rc.Policy("audit-2")
 	assert.False(t, on, "keep: the scope stays whole")
+}
+
+// The file's expiry joins the pass: each scope's inactive_after by prefix,
+// with or without retention; neither configured starts no pass.
+func TestServeExpiryFromTheFile(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		on         bool
+		retention  bool
+		expiry     map[string]time.Duration
+	}{
+		{"none", "data_dir: d\n", false, false, nil},
+		{"expiry alone", "expiry:\n  inactive_after: 720h\n  overrides:\n    - {scope_prefix: tmp-, inactive_after: 1h}\n    - {scope_prefix: keep-, inactive_after: 0s}\n",
+			true, false, map[string]time.Duration{"agent": 720 * time.Hour, "tmp-1": time.Hour, "keep-1": 0}},
+		{"with retention", "retention:\n  keep_last_n: 2\n  on_completion: delete\nexpiry:\n  overrides:\n    - {scope_prefix: tmp-, inactive_after: 1h}\n",
+			true, true, map[string]time.Duration{"agent": 0, "tmp-1": time.Hour}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "si.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(tc.yaml), 0o600))
+			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+			flags := config.RegisterFlags(fs)
+			require.NoError(t, fs.Parse([]string{"--config", path}))
+			file, err := flags.Resolve()
+			require.NoError(t, err)
+			rc, ok := retentionConfig(file)
+			require.Equal(t, tc.on, ok)
+			assert.Equal(t, tc.retention, rc.Policy != nil)
+			for scope, want := range tc.expiry {
+				assert.Equal(t, want, rc.Expiry(scope), scope)
+			}
+			var out, errb bytes.Buffer
+			assert.Equal(t, 0, run([]string{"config", "--check", "--config", path}, &out, &errb), errb.String())
+		})
+	}
 }

@@ -349,7 +349,14 @@ func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.
 	if base.Version > 0 {
 		state = snap.Clone()
 	}
-	var lastRet *frames.RetentionApplied
+	// lastRet is the latest removal the stream records: a retention's or
+	// a destroy's (of a scope that had events), both naming the version
+	// and hash the removed history ends with.
+	type removal struct {
+		Through int64
+		Hash    string
+	}
+	var lastRet *removal
 	var lastReq string
 	var runFinishedReq bool
 	failed := false
@@ -377,8 +384,13 @@ func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.
 		if m.Reason == frames.ReasonRunFinished {
 			runFinishedReq = true
 		}
-		if ra, ok := ev.(*frames.RetentionApplied); ok {
-			lastRet = ra
+		switch e := ev.(type) {
+		case *frames.RetentionApplied:
+			lastRet = &removal{e.Through, e.Hash}
+		case *frames.ScopeDestroyed:
+			if e.Through > 0 {
+				lastRet = &removal{e.Through, e.Hash}
+			}
 		}
 		if r.Version <= state.Version { // in the snapshot the replay starts from
 			return nil

@@ -22,9 +22,14 @@ const (
 	// the context is compacted (summarize_oldest) every 50 events, so the
 	// projection stays about the same size however long the history.
 	Bounded History = "bounded"
-	// Growing: child frames pushed, given two handles and usage, popped;
-	// completed frames stay in the projection, so it grows with the
-	// history (about 1.7 KB per 5 events).
+	// Growing: child frames pushed, given two handles and usage, popped
+	// completed, one after another under one live root. The log grows
+	// with the history (about 1.7 KB per 5 events); the projection does
+	// not: a finished frame leaves it (and the snapshot) when it is
+	// popped — its record rides on the frame.popped event and reads find
+	// it in the log through the store's index — and the root keeps a
+	// count of its children, not a list. (Before issue 11 every completed
+	// frame stayed in the projection: 42 MB of snapshot at 100k events.)
 	Growing History = "growing"
 )
 

@@ -136,7 +136,7 @@ func resume(ctx context.Context, o *Options, h History, events int64, reps int) 
 	}
 	defer o.cleanup(dir)
 	snapPath, replayPath := dbPath(dir, "snapshot"), dbPath(dir, "replay")
-	tail := min(int64(resumeSnapshotEvery/2), (events-1)/2)
+	tail := resumeTail(events)
 	o.progress("resume: building a %s history of %d events", h, events)
 	snap, err := buildHistory(ctx, snapPath, h, events, tail)
 	if err != nil {
@@ -156,6 +156,26 @@ func resume(ctx context.Context, o *Options, h History, events int64, reps int) 
 	}
 	res.ReplayOverSnapshot = Ratio(res.Replay.Call.P50us, res.Snapshot.Call.P50us)
 	return res, nil
+}
+
+// resumeCycle is the period of both histories' operations (bounded:
+// usage every 5th, a compaction every 50th; growing: 5 per child).
+const resumeCycle = 50
+
+// resumeTail is how many events before the head of a history of events
+// events its snapshot is taken: half the snapshot interval, at most half
+// the history (a second snapshot would land on the head), and lowered to
+// put the snapshot at the same point of the operations' cycle whatever
+// the length, so that the snapshots of two lengths hold the same live work
+// (the growing history's snapshot holds the root alone just after a pop,
+// the root and a child with two handles just before one). At 1,000 events
+// the tail is 450; at 10,000 and more 500.
+func resumeTail(events int64) int64 {
+	tail := min(int64(resumeSnapshotEvery/2), (events-1)/2)
+	if aligned := tail - ((tail-events)%resumeCycle+resumeCycle)%resumeCycle; aligned > 0 {
+		return aligned
+	}
+	return tail
 }
 
 // buildHistory writes a scope of events events at path (NoSync, journal

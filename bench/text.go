@@ -65,7 +65,8 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	if len(r.Resume) > 0 {
 		fmt.Fprintf(w, "\nCold ResumeActor: a new store + actor system on the file (warm page cache) for each request, p50 of up to 7; the reply follows a durable actor.resumed append.\n")
-		fmt.Fprintf(w, "Snapshot + tail: the snapshot the StateIndex wrote %d events before the head (the mean tail with a snapshot every %d).\n", resumeSnapshotEvery/2, resumeSnapshotEvery)
+		fmt.Fprintf(w, "Snapshot + tail: the snapshot the StateIndex wrote %d events before the head (the mean tail with a snapshot every %d; fewer in a\n", resumeSnapshotEvery/2, resumeSnapshotEvery)
+		fmt.Fprintf(w, "short history, so that every snapshot falls at the same point of the workload's %d-operation cycle: see replayed).\n", resumeCycle)
 		fmt.Fprintf(w, "Full replay: the same file with its snapshot replaced by one of an unknown format, which recovery ignores.\n")
 		fmt.Fprintf(w, "bounded: one frame, handles + usage, context compacted every 50 events; growing: child frames pushed, 2 handles, usage, popped under one live root\n")
 		fmt.Fprintf(w, "(a finished frame leaves the projection and the snapshot; its record is read back from the log).\n")

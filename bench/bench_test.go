@@ -62,9 +62,23 @@ func TestRunTiny(t *testing.T) {
 		assert.Positive(t, s.PayloadBytes)
 		assert.Greater(t, s.FileBytes, s.PayloadBytes)
 		assert.Positive(t, s.Buckets["streams"])
+		assert.Positive(t, s.Buckets["index"], "the per-stream index is counted among the buckets")
+		assert.Positive(t, s.JournalBytes, "the journal is on: its directory is counted")
+		assert.Equal(t, s.FileBytes+s.JournalBytes, s.DirBytes)
+		assert.InDelta(t, float64(s.JournalBytes)/float64(s.DirBytes), s.JournalShare, 1e-9)
+		assert.InDelta(t, float64(s.DirBytes)/float64(s.PayloadBytes), s.Ratio, 1e-9, "the goal's ratio is the directory's")
+		assert.Less(t, s.FileRatio, s.Ratio)
+		assert.Equal(t, s.Events, s.Index.Requests, "every event of the workload names its request")
+		assert.Positive(t, s.Index.Frames)
 	}
 	require.Len(t, rep.Remote, 1)
 	assert.NotEmpty(t, rep.Goals)
+	names := make([]string, 0, len(rep.Goals))
+	for _, g := range rep.Goals {
+		names = append(names, g.Name)
+	}
+	assert.Contains(t, names, "growing history: snapshot at 200 ÷ snapshot at 20 events")
+	assert.Contains(t, names, "storage: data directory (file + journal) ÷ encoded event payload (default page size)")
 
 	var out bytes.Buffer
 	require.NoError(t, bench.WriteText(&out, rep))
@@ -187,6 +201,23 @@ func TestCheckpoints(t *testing.T) {
 
 	_, err := bench.Checkpoints(context.Background(), bench.CheckpointOptions{Total: 0, Threads: 1, Size: 1})
 	assert.Error(t, err)
+}
+
+// TestStorageSize: the storage scenario writes the events and page sizes
+// it is told to (the must-show figure needs a larger run than the
+// default).
+func TestStorageSize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes fsynced files")
+	}
+	rep, err := bench.Run(context.Background(), bench.Options{Dir: t.TempDir(), Only: []string{bench.ScenarioStorage},
+		StorageEvents: 48, StoragePages: []int{0}})
+	require.NoError(t, err)
+	require.Len(t, rep.Storage, 1)
+	s := rep.Storage[0]
+	assert.Equal(t, 0, s.PageSize)
+	assert.Equal(t, 48+s.Scopes, s.Events, "the workload's events and each scope's root")
+	assert.Positive(t, s.JournalSegments)
 }
 
 func TestOnlyRejectsUnknownScenario(t *testing.T) {

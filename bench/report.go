@@ -39,6 +39,12 @@ type Options struct {
 	// Rounds is how many alternating rounds (journal on, journal off) the
 	// durable scenario measures each figure in; 0 means DefaultRounds.
 	Rounds int
+	// StorageEvents is how many events the storage scenario writes; 0
+	// means DefaultStorageEvents × Scale.
+	StorageEvents int
+	// StoragePages are the page sizes the storage scenario runs with, in
+	// bytes, 0 for the OS page; empty means both the OS page and 16 KiB.
+	StoragePages []int
 	// Only runs the named scenarios (see Scenarios); empty runs all.
 	Only []string
 	// Progress, when set, gets one line per step.
@@ -62,6 +68,13 @@ func (o *Options) rounds() int {
 		return o.Rounds
 	}
 	return DefaultRounds
+}
+
+func (o *Options) storageEvents() int {
+	if o.StorageEvents > 0 {
+		return o.StorageEvents
+	}
+	return o.scale(DefaultStorageEvents, 32)
 }
 
 func (o *Options) rawTxnEvents() int { return o.scale(3000, 10) }
@@ -189,8 +202,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	if o.runs(ScenarioStorage) {
-		for _, page := range []int{0, 16 << 10} {
-			r, err := storage(ctx, &o, page, 16, o.scale(50000, 32))
+		pages := o.StoragePages
+		if len(pages) == 0 {
+			pages = []int{0, 16 << 10}
+		}
+		for _, page := range pages {
+			r, err := storage(ctx, &o, page, 16, o.storageEvents())
 			if err != nil {
 				return rep, fmt.Errorf("storage, page size %d: %w", page, err)
 			}

@@ -65,14 +65,16 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	if len(r.Resume) > 0 {
 		fmt.Fprintf(w, "\nCold ResumeActor: a new store + actor system on the file (warm page cache) for each request, p50 of up to 7; the reply follows a durable actor.resumed append.\n")
-		fmt.Fprintf(w, "Snapshot + tail: the snapshot the StateIndex wrote %d events before the head (the mean tail with a snapshot every %d).\n", resumeSnapshotEvery/2, resumeSnapshotEvery)
+		fmt.Fprintf(w, "Snapshot + tail: the snapshot the StateIndex wrote %d events before the head (the mean tail with a snapshot every %d; fewer in a\n", resumeSnapshotEvery/2, resumeSnapshotEvery)
+		fmt.Fprintf(w, "short history, so that every snapshot falls at the same point of the workload's %d-operation cycle: see replayed).\n", resumeCycle)
 		fmt.Fprintf(w, "Full replay: the same file with its snapshot replaced by one of an unknown format, which recovery ignores.\n")
-		fmt.Fprintf(w, "bounded: one frame, handles + usage, context compacted every 50 events; growing: child frames pushed, 2 handles, usage, popped (completed frames stay in the state).\n")
+		fmt.Fprintf(w, "bounded: one frame, handles + usage, context compacted every 50 events; growing: child frames pushed, 2 handles, usage, popped under one live root\n")
+		fmt.Fprintf(w, "(a finished frame leaves the projection and the snapshot; its record is read back from the log).\n")
 		fmt.Fprintf(w, "server ms: the StateIndex's RecoveryMicros (load + durable append + reply); open+start: opening the store and starting the actors, not in p50.\n")
 		p("\t\t\t│\tsnapshot + tail\t\t\t│\tfull replay\t\t\t│\treplay ÷\topen+start\t\n")
 		p("history\tevents\tsnapshot KB\t│\tp50 ms\tserver ms\treplayed\t│\tp50 ms\tserver ms\treplayed\t│\tsnapshot\tms\t\n")
 		for _, x := range r.Resume {
-			p("%s\t%s\t%s\t│\t%.2f\t%.2f\t%s\t│\t%.2f\t%.2f\t%s\t│\t%.1f\t%.2f\t\n", x.History, count(int(x.Events)), count(x.SnapshotBytes/1024),
+			p("%s\t%s\t%.1f\t│\t%.2f\t%.2f\t%s\t│\t%.2f\t%.2f\t%s\t│\t%.1f\t%.2f\t\n", x.History, count(int(x.Events)), float64(x.SnapshotBytes)/1024,
 				x.Snapshot.Call.P50us/1000, x.Snapshot.ServerP50us/1000, count(int(x.Snapshot.EventsReplayed)),
 				x.Replay.Call.P50us/1000, x.Replay.ServerP50us/1000, count(int(x.Replay.EventsReplayed)),
 				x.ReplayOverSnapshot, x.Snapshot.OpenP50us/1000)
@@ -82,18 +84,21 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 	}
 	if len(r.Storage) > 0 {
-		fmt.Fprintf(w, "\nBytes on disk per event byte: the durable workload over %d scopes, fsynced, file never compacted; payload = encoded event payloads.\n", r.Storage[0].Scopes)
-		fmt.Fprintf(w, "disk: blocks allocated (bbolt extends the file ahead, sparsely); used: pages bbolt handed out; log: the pages of every bucket but\n")
-		fmt.Fprintf(w, "the snapshots (records, sequence index, heads); free: pages freed by later commits (replaced snapshots, copy-on-write) and not reused yet.\n")
+		fmt.Fprintf(w, "\nBytes on disk per event byte: the durable workload over %d scopes (children pushed, never popped: every frame stays live), fsynced,\n", r.Storage[0].Scopes)
+		fmt.Fprintf(w, "journal on (default bound), file never compacted; payload = encoded event payloads. dir: the data directory once the store closed —\n")
+		fmt.Fprintf(w, "the bbolt file + its journal DATA.journal/ (journal %% = its share of dir); disk: blocks allocated (file + journal; bbolt extends the\n")
+		fmt.Fprintf(w, "file ahead, sparsely); used: pages bbolt handed out; log: the pages of every bucket but the snapshots (records, sequence index,\n")
+		fmt.Fprintf(w, "per-stream index, heads); free: pages freed by later commits (replaced snapshots, copy-on-write) and not reused yet.\n")
 		names := bucketNames(r.Storage)
-		head := "page\tevents\tpayload MB\tfile MB\t│\tfile ÷ payload\tdisk ÷ payload\tused ÷ payload\tlog ÷ payload\t│"
+		head := "page\tevents\twrite s\tpayload MB\tdir MB\tjournal MB\tjournal %\t│\tdir ÷ payload\tfile ÷ payload\tdisk ÷ payload\tused ÷ payload\tlog ÷ payload\t│"
 		for _, n := range names {
 			head += "\t" + n + " MB"
 		}
 		p("%s\tfree MB\t\n", head)
 		for _, s := range r.Storage {
-			row := fmt.Sprintf("%s\t%s\t%.1f\t%.1f\t│\t%.2f\t%.2f\t%.2f\t%.2f\t│", pageLabel(s.PageSize), count(s.Events), mb(s.PayloadBytes), mb(s.FileBytes),
-				s.Ratio, s.DiskRatio, s.UsedRatio, s.LogRatio)
+			row := fmt.Sprintf("%s\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t│\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t│", pageLabel(s.PageSize), count(s.Events), s.Seconds,
+				mb(s.PayloadBytes), mb(s.DirBytes), mb(s.JournalBytes), 100*s.JournalShare,
+				s.Ratio, s.FileRatio, s.DiskRatio, s.UsedRatio, s.LogRatio)
 			for _, n := range names {
 				row += fmt.Sprintf("\t%.1f", mb(s.Buckets[n]))
 			}
@@ -101,6 +106,11 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		for _, s := range r.Storage {
+			x := s.Index
+			fmt.Fprintf(w, "%s pages: the index holds %s frame ids (%.1f MB of keys + spans) and %s request ids (%.1f MB); journal: %d segment file(s).\n",
+				pageLabel(s.PageSize), count(x.Frames), mb(x.FrameBytes), count(x.Requests), mb(x.RequestBytes), s.JournalSegments)
 		}
 	}
 	if len(r.Remote) > 0 {
@@ -116,7 +126,7 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 	}
 	if len(r.Goals) > 0 {
-		fmt.Fprintf(w, "\nGoals (issues 4 and 10) that this run can judge:\n")
+		fmt.Fprintf(w, "\nGoals (issues 4, 10 and 11) that this run can judge:\n")
 		if err := WriteGoals(w, r.Goals); err != nil {
 			return err
 		}

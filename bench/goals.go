@@ -90,6 +90,11 @@ func (r *Report) goals() []Goal {
 				AtMost("storage: the journal's share of that directory (the run is large enough)", 100*s.JournalShare, 5, "%.1f%%"))
 		}
 	}
+	if l := r.LongLived; l != nil {
+		out = append(out,
+			AtMost(fmt.Sprintf("long-lived agents, retention keep_last_n %d: data directory at the end ÷ at a quarter (median of %d pairs)", l.KeepLastN, len(l.Runs)/2), l.Growth, 1.2, "%.2f"),
+			AtLeast("long-lived agents: throughput with retention ÷ without (median of the pairs)", l.ThroughputRatio, 0.9, "%.2f"))
+	}
 	for _, x := range r.Remote {
 		out = append(out, AtLeast(fmt.Sprintf("remote GetStack ÷ trivial remote echo, %d callers (ops/s)", x.Callers), x.GetStackOverEcho, 0.5, "%.2f"))
 	}

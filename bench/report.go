@@ -18,10 +18,12 @@ const (
 	ScenarioResume   = "resume"
 	ScenarioStorage  = "storage"
 	ScenarioRemote   = "remote"
+	// ScenarioLongLived is the long-lived agents with and without retention.
+	ScenarioLongLived = "longlived"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote}
+var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote, ScenarioLongLived}
 
 // Options configure Run. The zero value runs every scenario at full size
 // in the system's temporary directory.
@@ -105,7 +107,9 @@ type Report struct {
 	Resume   []ResumeResult   `json:"resume,omitempty"`
 	Storage  []StorageResult  `json:"storage,omitempty"`
 	Remote   []RemoteResult   `json:"remote,omitempty"`
-	Goals    []Goal           `json:"goals,omitempty"`
+	// LongLived is the long-lived-agent scenario (issue 11's retention).
+	LongLived *LongLivedResult `json:"long_lived,omitempty"`
+	Goals     []Goal           `json:"goals,omitempty"`
 }
 
 // Machine identifies where a report was measured.
@@ -221,6 +225,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return rep, fmt.Errorf("remote: %w", err)
 		}
 		rep.Remote = append(rep.Remote, r)
+	}
+	if o.runs(ScenarioLongLived) {
+		r, err := longLived(ctx, &o, 16, o.scale(210000, 4*16*longLivedEventsPerRun), 3)
+		if err != nil {
+			return rep, fmt.Errorf("long-lived: %w", err)
+		}
+		rep.LongLived = &r
 	}
 	rep.Seconds = time.Since(begin).Seconds()
 	rep.Goals = rep.goals()

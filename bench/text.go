@@ -125,6 +125,18 @@ func WriteText(w io.Writer, r *Report) error {
 			return err
 		}
 	}
+	if l := r.LongLived; l != nil {
+		fmt.Fprintf(w, "\nLong-lived agents: %d scopes start and finish runs (7 events each) for ever on a durable store; retention keeps the last %d runs (D = 0,\n", l.Scopes, l.KeepLastN)
+		fmt.Fprintf(w, "a pass every %s), the idempotency horizon is %d ms; the same without retention, in alternating pairs. Directory = data file + journal.\n", longLivedInterval, l.HorizonMs)
+		p("retention\tevents\tevents/s\tdirectory at ¼ MB\tat the end MB\tend ÷ ¼\trecords removed\t\n")
+		for _, x := range l.Runs {
+			p("%v\t%s\t%s\t%.1f\t%.1f\t%.2f\t%s\t\n", x.Retention, count(int(x.Events)), num(x.OpsPerSec), mb(x.DirQuarterBytes), mb(x.DirEndBytes), x.Growth, count(int(x.RecordsRemoved)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "median growth with retention %.2f; median throughput with ÷ without %.2f\n", l.Growth, l.ThroughputRatio)
+	}
 	if len(r.Goals) > 0 {
 		fmt.Fprintf(w, "\nGoals (issues 4, 10 and 11) that this run can judge:\n")
 		if err := WriteGoals(w, r.Goals); err != nil {

@@ -89,9 +89,11 @@ func DecodeFrameEvent(r Record) (frames.Event, error) {
 	return e, nil
 }
 
-// EncodeState encodes a scope's projection for a snapshot.
+// EncodeState encodes a scope's projection for a snapshot: content stored
+// by reference is not in it, only its hash and the version of its record
+// (LoadState reads it back).
 func EncodeState(s *frames.State) (Snapshot, error) {
-	data, err := Marshal(s)
+	data, err := Marshal(s.SnapshotView())
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("eventstore: encode state: %w", err)
 	}

@@ -48,6 +48,8 @@ func Apply(s *State, e Event) error {
 		err = applyToolStarted(s, ev)
 	case *ToolFinished:
 		err = applyToolFinished(s, ev, version)
+	case *ContentStored:
+		err = applyContentStored(s, ev, version)
 	case *RetentionApplied:
 		if ev.Through <= s.RemovedThrough || ev.Through >= version {
 			err = inconsistent("retention through %d after %d, at version %d", ev.Through, s.RemovedThrough, version)
@@ -222,6 +224,7 @@ func applyPopped(s *State, e *FramePopped) error {
 			return inconsistent("pop of %q records %+v, state says %+v", f.ID, *e.Final, want)
 		}
 	}
+	s.unref(f.Handles...) // a finished frame's handles are no longer live
 	s.Finished++
 	s.pruneTokens(e.At)
 	if s.KeepFinished {
@@ -309,6 +312,9 @@ func applyHandles(s *State, frameID string, version int64, group string, hs ...C
 		if h.ID == "" || f.Handle(h.ID) != nil || !h.Priority.Valid() || h.Tokens < 0 {
 			return inconsistent("handle %q", h.ID)
 		}
+		if err := s.checkRef(f, &h); err != nil {
+			return err
+		}
 		for _, o := range hs[:i] {
 			if o.ID == h.ID {
 				return inconsistent("handle %q twice", h.ID)
@@ -321,6 +327,9 @@ func applyHandles(s *State, frameID string, version int64, group string, hs ...C
 	}
 	for _, h := range hs {
 		h.Seq = version
+		if h.ContentRef != "" {
+			h.Content = s.ref(h.ContentRef)
+		}
 		h.Covers = append([]string(nil), h.Covers...)
 		if group != "" {
 			h.Group = group
@@ -373,13 +382,22 @@ func applyCompacted(s *State, e *FrameCompacted, version int64) error {
 		if _, err := budget.Add(f.ContextTokens-freed, e.Summary.Tokens); err != nil {
 			return inconsistent("compaction summary: %v", err)
 		}
+		if err := s.checkRef(f, e.Summary); err != nil {
+			return err
+		}
 	}
 	kept := f.Handles[:0:0]
+	var gone []ContextHandle
 	for _, h := range f.Handles {
 		if !removed[h.ID] {
 			kept = append(kept, h)
+		} else if h.ContentRef != "" {
+			gone = append(gone, h)
 		}
 	}
+	// The summary's reference counts before the removed ones drop, so
+	// that content they share is not forgotten in between.
+	defer s.unref(gone...)
 	f.Handles = kept
 	f.ContextTokens -= freed
 	f.handleIdx = nil

@@ -42,6 +42,7 @@ const (
 	TypeToolStarted    = "tool.started"
 	TypeToolFinished   = "tool.finished"
 	TypeRetention      = "scope.retention_applied"
+	TypeContentStored  = "content.stored"
 )
 
 // NewEvent returns a zero event of the named type, for decoders.
@@ -73,6 +74,8 @@ func NewEvent(eventType string) (Event, error) {
 		return &ToolFinished{}, nil
 	case TypeRetention:
 		return &RetentionApplied{}, nil
+	case TypeContentStored:
+		return &ContentStored{}, nil
 	}
 	return nil, ErrUnknownEventType
 }

@@ -1,0 +1,317 @@
+package frames
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+)
+
+// Large content once (DESIGN §9).
+//
+// A handle whose content is at least Config.ContentRefBytes long does not
+// carry it: Decide emits, in the same append and before the event that adds
+// the handle, a content.stored event with the content and its SHA-256, and
+// the handle names that hash (ContextHandle.ContentRef). The chain hashes
+// the handle's event, which names the content's hash, and the content's own
+// event, so integrity holds. The scope counts the live handles that refer to
+// each hash (State.Content); while the count is above zero the same content
+// added again is not stored again. At zero the entry is forgotten: the
+// content stays in the log for the events that named it, and is stored anew
+// if it is added again. Deduplication is per scope, since the map is: one
+// scope never learns what another holds.
+//
+// The rule that keeps finished frames answerable: a handle refers only to a
+// content.stored record at or after its frame's frame.pushed (Decide stores
+// the content again otherwise), so a finished frame's content is always in
+// its own span of the log, which retention keeps or removes with the frame.
+// A live handle's content may be older than any record retention keeps:
+// ApplyRetention stores it again at the head, in the removal's own append,
+// before the prefix goes (the content.stored then names no frame).
+//
+// The snapshot holds the refs and the versions of their records, not the
+// content (SnapshotView); the in-memory state keeps the content too, so
+// packs need no I/O. A state loaded from a snapshot lists what it lacks
+// (UnresolvedContent) and is given it (ResolveContent) by the shell.
+
+// DefaultContentRefBytes is the default of Config.ContentRefBytes: content
+// of 1 KiB or more is stored once, by reference.
+const DefaultContentRefBytes = 1 << 10
+
+// StoredContent is the scope's record of one piece of content stored by
+// reference: how many live handles refer to it and the version of the
+// latest content.stored record that holds it. The content itself is kept in
+// memory only (never in a snapshot).
+type StoredContent struct {
+	Refs    int64 `msgpack:"n"`
+	Version int64 `msgpack:"v"`
+
+	content string
+}
+
+// Content returns the content, or "" when it was not loaded yet (a state
+// decoded from a snapshot, before ResolveContent).
+func (c *StoredContent) Content() string { return c.content }
+
+// ContentStored: content stored once, by reference, under its SHA-256 (hex,
+// lowercase). Handles added after it name Hash instead of carrying the
+// content. Meta.Frame is the frame whose handle first needed it ("" when a
+// retention pass stored live content again at the head).
+type ContentStored struct {
+	Meta    `msgpack:",inline"`
+	Hash    string `msgpack:"h"`
+	Content string `msgpack:"c"`
+}
+
+// EventType implements Event.
+func (e *ContentStored) EventType() string { return TypeContentStored }
+
+// ContentHash is the reference of content: its SHA-256 in lowercase hex.
+func ContentHash(content string) string {
+	sum := sha256.Sum256([]byte(content))
+	return hex.EncodeToString(sum[:])
+}
+
+// checkStored checks a content.stored event on its own.
+func checkStored(e *ContentStored) error {
+	if e.Content == "" {
+		return inconsistent("content %q stored empty", e.Hash)
+	}
+	if ContentHash(e.Content) != e.Hash {
+		return inconsistent("content stored under %q has another hash", e.Hash)
+	}
+	return nil
+}
+
+func applyContentStored(s *State, e *ContentStored, version int64) error {
+	if err := checkStored(e); err != nil {
+		return err
+	}
+	if e.Frame != "" {
+		if _, err := s.liveFrameFor(&e.Meta); err != nil {
+			return err
+		}
+	}
+	if s.Content == nil {
+		s.Content = map[string]*StoredContent{}
+	}
+	if c := s.Content[e.Hash]; c != nil {
+		c.Version, c.content = version, e.Content
+		return nil
+	}
+	s.Content[e.Hash] = &StoredContent{Version: version, content: e.Content}
+	return nil
+}
+
+// checkRef checks a handle that names its content by reference against f
+// and the scope's stored content (nil for an inline handle).
+func (s *State) checkRef(f *Frame, h *ContextHandle) error {
+	if h.ContentRef == "" {
+		return nil
+	}
+	c := s.Content[h.ContentRef]
+	switch {
+	case c == nil:
+		return inconsistent("handle %q refers to content %q the scope does not store", h.ID, h.ContentRef)
+	case h.Content != "":
+		return inconsistent("handle %q carries content and a reference", h.ID)
+	case c.Version < f.PushSeq:
+		return inconsistent("handle %q refers to content stored at %d, before its frame (pushed at %d)", h.ID, c.Version, f.PushSeq)
+	}
+	return nil
+}
+
+// ref counts one more live reference to hash and returns the content.
+func (s *State) ref(hash string) string {
+	c := s.Content[hash]
+	c.Refs++
+	return c.content
+}
+
+// unref drops the live references of handles; an entry no live handle
+// refers to any more is forgotten.
+func (s *State) unref(hs ...ContextHandle) {
+	for i := range hs {
+		if c := s.Content[hs[i].ContentRef]; hs[i].ContentRef != "" && c != nil {
+			if c.Refs--; c.Refs <= 0 {
+				delete(s.Content, hs[i].ContentRef)
+			}
+		}
+	}
+	if len(s.Content) == 0 {
+		s.Content = nil
+	}
+}
+
+// storeByRef replaces the content of each handle at or above the threshold
+// by its reference, and returns the content.stored events the scope needs
+// for them first: none for content the scope already stores at or after
+// f's push.
+func (d decider) storeByRef(f *Frame, implied Reason, hs ...*ContextHandle) []Event {
+	if d.cfg.ContentRefBytes <= 0 {
+		return nil
+	}
+	var evs []Event
+	var fresh map[string]bool
+	for _, h := range hs {
+		if h == nil || len(h.Content) < d.cfg.ContentRefBytes {
+			continue
+		}
+		hash := ContentHash(h.Content)
+		if c := d.s.Content[hash]; (c == nil || c.Version < f.PushSeq) && !fresh[hash] {
+			if fresh == nil {
+				fresh = map[string]bool{}
+			}
+			fresh[hash] = true
+			evs = append(evs, &ContentStored{Meta: d.meta(f.ID, implied), Hash: hash, Content: h.Content})
+		}
+		h.Content, h.ContentRef = "", hash
+	}
+	return evs
+}
+
+// restoreLive stores again, at the head, the content live handles refer to
+// whose latest record is at or before through (a retention pass is about
+// to remove it), in hash order.
+func (d decider) restoreLive(through int64) ([]Event, error) {
+	var hashes []string
+	for h, c := range d.s.Content {
+		if c.Refs > 0 && c.Version <= through {
+			hashes = append(hashes, h)
+		}
+	}
+	sort.Strings(hashes)
+	evs := make([]Event, 0, len(hashes))
+	for _, h := range hashes {
+		c := d.s.Content[h]
+		if c.content == "" {
+			return nil, fmt.Errorf("%w: content %q was not loaded", ErrInvalidArgument, h)
+		}
+		evs = append(evs, &ContentStored{Meta: d.meta("", ReasonUserMessage), Hash: h, Content: c.content})
+	}
+	return evs, nil
+}
+
+// ContentNeed is content a state refers to and does not hold yet: the hash
+// and the version of the content.stored record that holds it.
+type ContentNeed struct {
+	Hash    string
+	Version int64
+}
+
+// UnresolvedContent lists the stored content the state refers to without
+// holding it (after decoding a snapshot), in version order.
+func (s *State) UnresolvedContent() []ContentNeed {
+	var out []ContentNeed
+	for h, c := range s.Content {
+		if c.content == "" {
+			out = append(out, ContentNeed{Hash: h, Version: c.Version})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out
+}
+
+// ResolveContent gives the state the content it lacks, by hash (read from
+// the content.stored records UnresolvedContent names), and fills the live
+// handles that refer to it. Content whose hash does not match, or that the
+// state does not refer to, is an error matching ErrInconsistentEvent and
+// changes nothing.
+func (s *State) ResolveContent(found map[string]string) error {
+	for h, content := range found {
+		if s.Content[h] == nil {
+			return inconsistent("content %q is not referred to", h)
+		}
+		if err := checkStored(&ContentStored{Hash: h, Content: content}); err != nil {
+			return err
+		}
+	}
+	for h, content := range found {
+		s.Content[h].content = content
+	}
+	for _, f := range s.Frames {
+		for i := range f.Handles {
+			if hd := &f.Handles[i]; hd.ContentRef != "" && hd.Content == "" {
+				if c := s.Content[hd.ContentRef]; c != nil {
+					hd.Content = c.content
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// SnapshotView returns what a snapshot of s holds: s itself, except that
+// handles that refer to their content carry the reference only. It shares
+// everything else with s and must not be changed.
+func (s *State) SnapshotView() *State {
+	if len(s.Content) == 0 {
+		return s
+	}
+	v := *s
+	v.Frames = make(map[string]*Frame, len(s.Frames))
+	for id, f := range s.Frames {
+		v.Frames[id] = f
+		for i := range f.Handles {
+			if f.Handles[i].ContentRef != "" && f.Handles[i].Content != "" {
+				fc := *f
+				fc.handleIdx = nil
+				fc.Handles = append([]ContextHandle(nil), f.Handles...)
+				for j := range fc.Handles {
+					if fc.Handles[j].ContentRef != "" {
+						fc.Handles[j].Content = ""
+					}
+				}
+				v.Frames[id] = &fc
+				break
+			}
+		}
+	}
+	return &v
+}
+
+// inlineRefs returns handles with the content they refer to put back
+// inline, from stored (a finished frame rebuilt from its span of the log).
+func inlineRefs(stored map[string]string, hs ...*ContextHandle) error {
+	for _, h := range hs {
+		if h == nil || h.ContentRef == "" {
+			continue
+		}
+		c, ok := stored[h.ContentRef]
+		if !ok || h.Content != "" {
+			return inconsistent("handle %q refers to content %q not stored in its frame's span", h.ID, h.ContentRef)
+		}
+		h.Content, h.ContentRef = c, ""
+	}
+	return nil
+}
+
+// checkContentInvariants: every live handle that names content names an
+// entry, and every entry counts exactly the live handles naming it.
+func checkContentInvariants(s *State) error {
+	refs := map[string]int64{}
+	for _, f := range s.Frames {
+		if !f.Status.Live() {
+			continue
+		}
+		for _, h := range f.Handles {
+			if h.ContentRef == "" {
+				continue
+			}
+			c := s.Content[h.ContentRef]
+			if c == nil {
+				return fmt.Errorf("%w: handle %q of %q refers to content %q the scope does not store", ErrInvariantViolation, h.ID, f.ID, h.ContentRef)
+			}
+			if c.content != "" && h.Content != c.content {
+				return fmt.Errorf("%w: handle %q of %q does not hold the content it refers to", ErrInvariantViolation, h.ID, f.ID)
+			}
+			refs[h.ContentRef]++
+		}
+	}
+	for h, c := range s.Content {
+		if c.Refs != refs[h] || c.Version < 1 || c.Version > s.Version {
+			return fmt.Errorf("%w: content %q counts %d references at version %d, live handles hold %d", ErrInvariantViolation, h, c.Refs, c.Version, refs[h])
+		}
+	}
+	return nil
+}

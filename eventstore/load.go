@@ -98,12 +98,11 @@ func replay(ctx context.Context, store Store, st *frames.State, info *LoadInfo) 
 
 // resolveContent reads the content stored by reference that a state decoded
 // from a snapshot refers to — one content.stored record each, at the
-// version the state keeps — so that packs need no I/O.
+// version the state keeps — and fills the live handles that refer to it
+// (also those whose content a replayed content.stored brought), so that
+// packs need no I/O.
 func resolveContent(ctx context.Context, store Store, st *frames.State) error {
 	need := st.UnresolvedContent()
-	if len(need) == 0 {
-		return nil
-	}
 	found := make(map[string]string, len(need))
 	for _, n := range need {
 		ev, err := readOne(ctx, store, st.Scope, n.Version)

@@ -213,8 +213,10 @@ func (s *State) UnresolvedContent() []ContentNeed {
 }
 
 // ResolveContent gives the state the content it lacks, by hash (read from
-// the content.stored records UnresolvedContent names), and fills the live
-// handles that refer to it. Content whose hash does not match, or that the
+// the content.stored records UnresolvedContent names), and fills every
+// live handle that refers to content without holding it (found may be
+// empty: a content.stored replayed after a snapshot brings the content
+// back to its entry, not to the handles the snapshot held). Content whose hash does not match, or that the
 // state does not refer to, is an error matching ErrInconsistentEvent and
 // changes nothing.
 func (s *State) ResolveContent(found map[string]string) error {

@@ -13,8 +13,18 @@ import (
 	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/internal/verify"
 	"github.com/stateindex/stateindex/messages"
 )
+
+// verifyStore runs the logical checks (replay, snapshots against the
+// replay, invariants) and fails on any problem.
+func verifyStore(t *testing.T, e *env) {
+	t.Helper()
+	sum, err := verify.Store(ctx, e.store, verify.Options{}, func(p verify.Problem) { t.Errorf("verify: %+v", p) })
+	require.NoError(t, err)
+	assert.Zero(t, sum.Problems)
+}
 
 func frameContents(t *testing.T, c *actors.Client, scope, id string) map[string]string {
 	t.Helper()
@@ -74,6 +84,7 @@ func TestLargeContentOnceAndThroughRetention(t *testing.T) {
 		assert.Equal(t, map[string]string{"doc": doc}, frameContents(t, e.c, scope, kept.FrameID), when)
 	}
 	check("before retention")
+	verifyStore(t, e)
 
 	e.clock.Advance(time.Hour)
 	rep := retain(t, e, frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete}, "")
@@ -105,6 +116,7 @@ func TestLargeContentOnceAndThroughRetention(t *testing.T) {
 	require.True(t, ok)
 	assert.Less(t, len(snap.Data), len(system), "the snapshot holds the reference, not the content")
 	require.NoError(t, e.store.Verify(ctx, nil))
+	verifyStore(t, e)
 }
 
 // The same content in two scopes is stored in each: one scope never learns

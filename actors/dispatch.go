@@ -137,9 +137,8 @@ func readOrJob[R messages.Request](read func(h *handler, st *frames.State, r R) 
 }
 
 // first returns a mutation's first event as an E, or an error saying what
-// the events start with instead.
-// The content.stored events that may come first (large content stored once)
-// are skipped.
+// the events start with instead; the content.stored events that may come
+// before it (large content is stored once, ahead of its handle) are skipped.
 func first[E frames.Event](req messages.Request, evs []frames.Event) (E, error) {
 	for len(evs) > 1 && evs[0].EventType() == frames.TypeContentStored {
 		evs = evs[1:]

@@ -187,3 +187,22 @@ func TestLoadFinishedFrameReadsItsContent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, a, all.Frames["c"].Handle("h1").Content, "the fold of the whole log holds it too")
 }
+
+// A format 3 snapshot (before content by reference) is read as it is: a
+// scope whose history retention removed could not be replayed instead.
+func TestFormat3SnapshotIsRead(t *testing.T) {
+	d := newScopeDriver(t, "s")
+	d.push("r", "")
+	d.add("r", "h", "inline")
+	snap, err := eventstore.EncodeState(d.st)
+	require.NoError(t, err)
+	snap.Format = 3
+	got, ok, err := eventstore.DecodeState("s", snap)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.True(t, reflect.DeepEqual(d.st.Clone(), got.Clone()))
+	snap.Format = 2
+	_, ok, err = eventstore.DecodeState("s", snap)
+	require.NoError(t, err)
+	assert.False(t, ok, "older formats are replayed")
+}

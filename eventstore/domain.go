@@ -102,8 +102,11 @@ func EncodeState(s *frames.State) (Snapshot, error) {
 
 // DecodeState decodes a snapshot's projection. ok is false (with a nil
 // error) for a snapshot of another projection format: replay instead.
+// Format 3 is read as it is: format 4 only added fields it leaves empty
+// (content by reference), and a scope whose history retention removed
+// cannot be replayed from its start.
 func DecodeState(stream string, snap Snapshot) (s *frames.State, ok bool, err error) {
-	if snap.Format != frames.StateFormat {
+	if snap.Format != frames.StateFormat && snap.Format != 3 {
 		return nil, false, nil
 	}
 	s = &frames.State{}

@@ -137,12 +137,8 @@ func readOrJob[R messages.Request](read func(h *handler, st *frames.State, r R) 
 }
 
 // first returns a mutation's first event as an E, or an error saying what
-// the events start with instead; the content.stored events that may come
-// before it (large content is stored once, ahead of its handle) are skipped.
+// the events start with instead.
 func first[E frames.Event](req messages.Request, evs []frames.Event) (E, error) {
-	for len(evs) > 1 && evs[0].EventType() == frames.TypeContentStored {
-		evs = evs[1:]
-	}
 	e, ok := evs[0].(E)
 	if !ok {
 		return e, fmt.Errorf("events of %T start with %s", req, evs[0].EventType())

@@ -141,7 +141,7 @@ func TestLoadStateDistrustsASnapshotWhoseContentIsElsewhere(t *testing.T) {
 	a := largeText("a", 3000)
 	d.add("r", "h", a)
 	bad := d.st.Clone()
-	bad.Content[frames.ContentHash(a)].Version = 1 // the frame.pushed record
+	bad.Content[frames.ContentHash(a)].Version = 1 // the frame.pushed record holds no content
 	snap, err := eventstore.EncodeState(bad)
 	require.NoError(t, err)
 	require.NoError(t, d.store.SaveSnapshot(ctx, "s", snap))
@@ -171,17 +171,18 @@ func TestLoadFinishedFrameReadsItsContent(t *testing.T) {
 	d.push("r", "")
 	d.push("c", "r")
 	a := largeText("a", 3000)
-	evs := d.add("r", "h", a) // stored by r, after c's push
-	require.IsType(t, &frames.ContentStored{}, evs[0])
-	evs = d.add("c", "h1", a) // c refers to r's record
-	require.Len(t, evs, 1)
+	d.add("r", "h", a)         // stored by r
+	d.add("c", "h1", a)        // stored again by c
+	evs := d.add("c", "h3", a) // c refers to its own copy
+	require.Empty(t, evs[0].(*frames.HandleAdded).Handle.Content)
 	d.add("c", "h2", largeText("own", 2000))
 	d.do(&frames.PopFrame{Header: d.hdr(), FrameID: "c", Status: frames.StatusCompleted})
 	f, err := eventstore.LoadFinishedFrame(ctx, d.store, "s", "c")
 	require.NoError(t, err)
-	require.Len(t, f.Handles, 2)
+	require.Len(t, f.Handles, 3)
 	assert.Equal(t, a, f.Handles[0].Content)
-	assert.Equal(t, largeText("own", 2000), f.Handles[1].Content)
+	assert.Equal(t, a, f.Handles[1].Content)
+	assert.Equal(t, largeText("own", 2000), f.Handles[2].Content)
 
 	all, err := eventstore.LoadAll(ctx, d.store, "s", 0)
 	require.NoError(t, err)

@@ -97,8 +97,8 @@ func replay(ctx context.Context, store Store, st *frames.State, info *LoadInfo) 
 }
 
 // resolveContent reads the content stored by reference that a state decoded
-// from a snapshot refers to — one content.stored record each, at the
-// version the state keeps — and fills the live handles that refer to it
+// from a snapshot refers to — one record each, at the version the state
+// keeps — and fills the live handles that refer to it
 // (also those whose content a replayed content.stored brought), so that
 // packs need no I/O.
 func resolveContent(ctx context.Context, store Store, st *frames.State) error {
@@ -109,12 +109,12 @@ func resolveContent(ctx context.Context, store Store, st *frames.State) error {
 		if err != nil {
 			return err
 		}
-		cs, ok := ev.(*frames.ContentStored)
-		if !ok || cs.Hash != n.Hash {
+		content, ok := frames.ContentOf(ev, n.Hash)
+		if !ok {
 			return &CorruptionError{Stream: st.Scope, Version: n.Version,
-				Reason: fmt.Sprintf("the state refers to content %s stored here, the record is a %s", n.Hash, ev.EventType())}
+				Reason: fmt.Sprintf("the state refers to content %s stored here, the record (%s) does not hold it", n.Hash, ev.EventType())}
 		}
-		found[n.Hash] = cs.Content
+		found[n.Hash] = content
 	}
 	if err := st.ResolveContent(found); err != nil {
 		return &CorruptionError{Stream: st.Scope, Version: st.Version, Reason: err.Error()}

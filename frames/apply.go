@@ -308,11 +308,15 @@ func applyHandles(s *State, frameID string, version int64, group string, hs ...C
 		return inconsistent("handle added to frame %q that is not live", frameID)
 	}
 	total := f.ContextTokens
+	var here map[string]bool // content stored by the handles before
 	for i, h := range hs {
 		if h.ID == "" || f.Handle(h.ID) != nil || !h.Priority.Valid() || h.Tokens < 0 {
 			return inconsistent("handle %q", h.ID)
 		}
-		if err := s.checkRef(f, &h); err != nil {
+		if h.ContentRef != "" && here == nil {
+			here = map[string]bool{}
+		}
+		if err := s.checkRef(f, &h, here); err != nil {
 			return err
 		}
 		for _, o := range hs[:i] {
@@ -328,6 +332,9 @@ func applyHandles(s *State, frameID string, version int64, group string, hs ...C
 	for _, h := range hs {
 		h.Seq = version
 		if h.ContentRef != "" {
+			if h.Content != "" {
+				s.store(h.ContentRef, version, f.ID, h.Content)
+			}
 			h.Content = s.ref(h.ContentRef)
 		}
 		h.Covers = append([]string(nil), h.Covers...)
@@ -382,7 +389,7 @@ func applyCompacted(s *State, e *FrameCompacted, version int64) error {
 		if _, err := budget.Add(f.ContextTokens-freed, e.Summary.Tokens); err != nil {
 			return inconsistent("compaction summary: %v", err)
 		}
-		if err := s.checkRef(f, e.Summary); err != nil {
+		if err := s.checkRef(f, e.Summary, map[string]bool{}); err != nil {
 			return err
 		}
 	}

@@ -9,42 +9,46 @@ import (
 
 // Large content once (DESIGN §9).
 //
-// A handle whose content is at least Config.ContentRefBytes long does not
-// carry it: Decide emits, in the same append and before the event that adds
-// the handle, a content.stored event with the content and its SHA-256, and
-// the handle names that hash (ContextHandle.ContentRef). The chain hashes
-// the handle's event, which names the content's hash, and the content's own
-// event, so integrity holds. The scope counts the live handles that refer to
-// each hash (State.Content); while the count is above zero the same content
-// added again is not stored again. At zero the entry is forgotten: the
-// content stays in the log for the events that named it, and is stored anew
-// if it is added again. Deduplication is per scope, since the map is: one
-// scope never learns what another holds.
+// A handle whose content is at least Config.ContentRefBytes long names it
+// by its SHA-256 (ContextHandle.ContentRef). The event that adds it first
+// carries the content too: that record stores it. Handles of the same
+// frame that add the same content again carry the reference only, so the
+// content is in the log once per frame that uses it (a tool call and its
+// result with the same text: once). Every record the chain hashes names
+// the content's hash or holds the content, so integrity holds, and an
+// append still writes one record per operation. The scope counts the live
+// handles that refer to each hash (State.Content); at zero the entry is
+// forgotten: the content stays in the log for the events that named it,
+// and is stored again if it is added again. Deduplication is per scope,
+// since the map is: one scope never learns what another holds.
 //
-// The rule that keeps finished frames answerable: a handle refers only to a
-// content.stored record at or after its frame's frame.pushed (Decide stores
-// the content again otherwise), so a finished frame's content is always in
-// its own span of the log, which retention keeps or removes with the frame.
-// A live handle's content may be older than any record retention keeps:
-// ApplyRetention stores it again at the head, in the removal's own append,
-// before the prefix goes (the content.stored then names no frame).
+// The rule that keeps finished frames answerable: a handle refers only to
+// content stored by its own frame's events, or stored again by a retention
+// pass at or after its frame's push — always within its frame's span of the
+// log, which retention keeps or removes with the frame. A live handle's
+// content may be older than any record retention keeps: ApplyRetention
+// stores it again at the head, in a content.stored event of the removal's
+// own append, before the prefix goes.
 //
 // The snapshot holds the refs and the versions of their records, not the
 // content (SnapshotView); the in-memory state keeps the content too, so
 // packs need no I/O. A state loaded from a snapshot lists what it lacks
-// (UnresolvedContent) and is given it (ResolveContent) by the shell.
+// (UnresolvedContent), read from those records (ContentOf), and is given
+// it (ResolveContent) by the shell.
 
 // DefaultContentRefBytes is the default of Config.ContentRefBytes: content
 // of 1 KiB or more is stored once, by reference.
 const DefaultContentRefBytes = 1 << 10
 
 // StoredContent is the scope's record of one piece of content stored by
-// reference: how many live handles refer to it and the version of the
-// latest content.stored record that holds it. The content itself is kept in
-// memory only (never in a snapshot).
+// reference: how many live handles refer to it, the version of the latest
+// record that holds it and the frame whose event that is ("" for a
+// content.stored of a retention pass). The content itself is kept in memory
+// only (never in a snapshot).
 type StoredContent struct {
-	Refs    int64 `msgpack:"n"`
-	Version int64 `msgpack:"v"`
+	Refs    int64  `msgpack:"n"`
+	Version int64  `msgpack:"v"`
+	Frame   string `msgpack:"f,omitempty"`
 
 	content string
 }
@@ -53,10 +57,9 @@ type StoredContent struct {
 // decoded from a snapshot, before ResolveContent).
 func (c *StoredContent) Content() string { return c.content }
 
-// ContentStored: content stored once, by reference, under its SHA-256 (hex,
-// lowercase). Handles added after it name Hash instead of carrying the
-// content. Meta.Frame is the frame whose handle first needed it ("" when a
-// retention pass stored live content again at the head).
+// ContentStored: content stored again under its SHA-256 (hex, lowercase) at
+// the head of the log, by a retention pass about to remove the record that
+// held it while live handles still refer to it. Meta.Frame is "".
 type ContentStored struct {
 	Meta    `msgpack:",inline"`
 	Hash    string `msgpack:"h"`
@@ -92,31 +95,49 @@ func applyContentStored(s *State, e *ContentStored, version int64) error {
 			return err
 		}
 	}
-	if s.Content == nil {
-		s.Content = map[string]*StoredContent{}
-	}
-	if c := s.Content[e.Hash]; c != nil {
-		c.Version, c.content = version, e.Content
-		return nil
-	}
-	s.Content[e.Hash] = &StoredContent{Version: version, content: e.Content}
+	s.store(e.Hash, version, e.Frame, e.Content)
 	return nil
 }
 
-// checkRef checks a handle that names its content by reference against f
-// and the scope's stored content (nil for an inline handle).
-func (s *State) checkRef(f *Frame, h *ContextHandle) error {
+// store records content held by the record at version.
+func (s *State) store(hash string, version int64, frame, content string) {
+	if s.Content == nil {
+		s.Content = map[string]*StoredContent{}
+	}
+	if c := s.Content[hash]; c != nil {
+		c.Version, c.Frame, c.content = version, frame, content
+		return
+	}
+	s.Content[hash] = &StoredContent{Version: version, Frame: frame, content: content}
+}
+
+// reusable reports whether a handle of f may refer to the stored content c
+// without storing it again: c was stored by f's own events, or stored again
+// by a retention pass since f was pushed.
+func reusable(c *StoredContent, f *Frame) bool {
+	return c != nil && (c.Frame == f.ID || (c.Frame == "" && c.Version >= f.PushSeq))
+}
+
+// checkRef checks a handle of f that names its content by hash: one that
+// stores it (carries it) must carry content with that hash; one that refers
+// to it must find it stored by f (see reusable), or by a handle before it
+// in the same event (here). Inline handles pass.
+func (s *State) checkRef(f *Frame, h *ContextHandle, here map[string]bool) error {
 	if h.ContentRef == "" {
 		return nil
 	}
-	c := s.Content[h.ContentRef]
-	switch {
-	case c == nil:
-		return inconsistent("handle %q refers to content %q the scope does not store", h.ID, h.ContentRef)
-	case h.Content != "":
-		return inconsistent("handle %q carries content and a reference", h.ID)
-	case c.Version < f.PushSeq:
-		return inconsistent("handle %q refers to content stored at %d, before its frame (pushed at %d)", h.ID, c.Version, f.PushSeq)
+	if h.Content != "" {
+		if ContentHash(h.Content) != h.ContentRef {
+			return inconsistent("handle %q stores content under %q, its hash is another", h.ID, h.ContentRef)
+		}
+		here[h.ContentRef] = true
+		return nil
+	}
+	if c := s.Content[h.ContentRef]; !here[h.ContentRef] && !reusable(c, f) {
+		if c == nil {
+			return inconsistent("handle %q refers to content %q the scope does not store", h.ID, h.ContentRef)
+		}
+		return inconsistent("handle %q of %q refers to content %q stored by %q at %d", h.ID, f.ID, h.ContentRef, c.Frame, c.Version)
 	}
 	return nil
 }
@@ -143,31 +164,28 @@ func (s *State) unref(hs ...ContextHandle) {
 	}
 }
 
-// storeByRef replaces the content of each handle at or above the threshold
-// by its reference, and returns the content.stored events the scope needs
-// for them first: none for content the scope already stores at or after
-// f's push.
-func (d decider) storeByRef(f *Frame, implied Reason, hs ...*ContextHandle) []Event {
+// byRef names the content of each handle of f at or above the threshold by
+// its hash; a handle whose content f already stores (see reusable), or
+// that an earlier handle of the same event stores, carries the reference
+// only.
+func (d decider) byRef(f *Frame, hs ...*ContextHandle) {
 	if d.cfg.ContentRefBytes <= 0 {
-		return nil
+		return
 	}
-	var evs []Event
-	var fresh map[string]bool
+	var here map[string]bool
 	for _, h := range hs {
 		if h == nil || len(h.Content) < d.cfg.ContentRefBytes {
 			continue
 		}
-		hash := ContentHash(h.Content)
-		if c := d.s.Content[hash]; (c == nil || c.Version < f.PushSeq) && !fresh[hash] {
-			if fresh == nil {
-				fresh = map[string]bool{}
-			}
-			fresh[hash] = true
-			evs = append(evs, &ContentStored{Meta: d.meta(f.ID, implied), Hash: hash, Content: h.Content})
+		if here == nil {
+			here = map[string]bool{}
 		}
-		h.Content, h.ContentRef = "", hash
+		h.ContentRef = ContentHash(h.Content)
+		if here[h.ContentRef] || reusable(d.s.Content[h.ContentRef], f) {
+			h.Content = ""
+		}
+		here[h.ContentRef] = true
 	}
-	return evs
 }
 
 // restoreLive stores again, at the head, the content live handles refer to
@@ -290,20 +308,49 @@ func (s *State) WithoutStoredContent() *State {
 	return c
 }
 
-// inlineRefs returns handles with the content they refer to put back
-// inline, from stored (a finished frame rebuilt from its span of the log).
+// inlineRefs puts the content of handles back inline, from stored, which
+// handles that store content add to (a finished frame rebuilt from its
+// span of the log).
 func inlineRefs(stored map[string]string, hs ...*ContextHandle) error {
 	for _, h := range hs {
 		if h == nil || h.ContentRef == "" {
 			continue
 		}
-		c, ok := stored[h.ContentRef]
-		if !ok || h.Content != "" {
+		if h.Content != "" {
+			if ContentHash(h.Content) != h.ContentRef {
+				return inconsistent("handle %q stores content under %q, its hash is another", h.ID, h.ContentRef)
+			}
+			stored[h.ContentRef] = h.Content
+		} else if c, ok := stored[h.ContentRef]; ok {
+			h.Content = c
+		} else {
 			return inconsistent("handle %q refers to content %q not stored in its frame's span", h.ID, h.ContentRef)
 		}
-		h.Content, h.ContentRef = c, ""
+		h.ContentRef = ""
 	}
 	return nil
+}
+
+// ContentOf returns the content with hash that the event e stores: a
+// handle it adds that carries it, or a content.stored.
+func ContentOf(e Event, hash string) (string, bool) {
+	var hs []*ContextHandle
+	switch ev := e.(type) {
+	case *ContentStored:
+		return ev.Content, ev.Hash == hash && ev.Content != ""
+	case *HandleAdded:
+		hs = []*ContextHandle{&ev.Handle}
+	case *ToolFinished:
+		hs = []*ContextHandle{&ev.CallHandle, &ev.ResultHandle}
+	case *FrameCompacted:
+		hs = []*ContextHandle{ev.Summary}
+	}
+	for _, h := range hs {
+		if h != nil && h.ContentRef == hash && h.Content != "" {
+			return h.Content, true
+		}
+	}
+	return "", false
 }
 
 // checkContentInvariants: every live handle that names content names an

@@ -21,14 +21,29 @@ func (w *world) addHandle(frame, id, content string) []frames.Event {
 		ID: id, Kind: "text", Priority: compaction.Low, Content: content, Tokens: 10}})
 }
 
-func stored(evs []frames.Event) []*frames.ContentStored {
-	var out []*frames.ContentStored
+// stored counts the copies of large content evs hold: handles that carry
+// content they name by hash, and content.stored events.
+func stored(evs []frames.Event) int {
+	n := 0
 	for _, e := range evs {
-		if cs, ok := e.(*frames.ContentStored); ok {
-			out = append(out, cs)
+		var hs []*frames.ContextHandle
+		switch ev := e.(type) {
+		case *frames.ContentStored:
+			n++
+		case *frames.HandleAdded:
+			hs = append(hs, &ev.Handle)
+		case *frames.ToolFinished:
+			hs = append(hs, &ev.CallHandle, &ev.ResultHandle)
+		case *frames.FrameCompacted:
+			hs = append(hs, ev.Summary)
+		}
+		for _, h := range hs {
+			if h != nil && h.ContentRef != "" && h.Content != "" {
+				n++
+			}
 		}
 	}
-	return out
+	return n
 }
 
 func TestContentStoredOnceByReference(t *testing.T) {
@@ -38,19 +53,16 @@ func TestContentStoredOnceByReference(t *testing.T) {
 	hash := frames.ContentHash(text)
 
 	evs := w.addHandle("r", "h1", text)
-	require.Len(t, evs, 2)
-	cs := stored(evs)
-	require.Len(t, cs, 1, "the first time, the content is stored")
-	assert.Equal(t, hash, cs[0].Hash)
-	assert.Equal(t, text, cs[0].Content)
-	assert.Equal(t, "r", cs[0].Frame)
-	added := evs[1].(*frames.HandleAdded)
-	assert.Empty(t, added.Handle.Content, "the handle's event carries the reference only")
+	require.Len(t, evs, 1, "one record per operation")
+	added := evs[0].(*frames.HandleAdded)
+	assert.Equal(t, text, added.Handle.Content, "the first time, the handle's event stores the content")
 	assert.Equal(t, hash, added.Handle.ContentRef)
 
 	evs = w.addHandle("r", "h2", text)
-	require.Len(t, evs, 1, "the same content again is not stored again")
+	require.Len(t, evs, 1)
+	assert.Zero(t, stored(evs), "the same content again is not stored again")
 	assert.Equal(t, hash, evs[0].(*frames.HandleAdded).Handle.ContentRef)
+	assert.Empty(t, evs[0].(*frames.HandleAdded).Handle.Content)
 	require.Contains(t, w.s.Content, hash)
 	assert.EqualValues(t, 2, w.s.Content[hash].Refs)
 
@@ -68,7 +80,7 @@ func TestContentStoredOnceByReference(t *testing.T) {
 	evs = w.must(&frames.FinishToolCall{Header: w.hdr(), FrameID: "r", CallID: "c1",
 		CallHandle:   frames.ContextHandle{ID: "call", Kind: "tool_call", Priority: compaction.Low, Content: other},
 		ResultHandle: frames.ContextHandle{ID: "result", Kind: "tool_result", Priority: compaction.Low, Content: other}})
-	require.Len(t, stored(evs), 1)
+	assert.Equal(t, 1, stored(evs))
 	assert.EqualValues(t, 2, w.s.Content[frames.ContentHash(other)].Refs)
 	assert.Equal(t, other, w.s.Frames["r"].Handle("result").Content)
 
@@ -82,7 +94,7 @@ func TestContentDedupIsPerScope(t *testing.T) {
 			w := newWorld(t)
 			w.setState(frames.NewState(scope, 0))
 			w.push("r", "", 100)
-			require.Len(t, stored(w.addHandle("r", "h", text)), 1, "each scope stores its own copy")
+			require.Equal(t, 1, stored(w.addHandle("r", "h", text)), "each scope stores its own copy")
 		})
 	}
 }
@@ -104,30 +116,38 @@ func TestContentRefCountsLetItGo(t *testing.T) {
 	// A summary with the same content as the handle it replaces keeps it.
 	evs := w.must(&frames.CompactContext{Header: w.hdr(), FrameID: "c", Removed: []string{"h2"}, Strategy: "test",
 		Summary: &frames.ContextHandle{ID: "sum", Kind: "summary", Priority: compaction.Low, Content: text, Covers: []string{"h2"}}})
-	assert.Empty(t, stored(evs), "the summary refers to the content already stored")
+	assert.Zero(t, stored(evs), "the summary refers to the content already stored")
 	assert.EqualValues(t, 1, w.s.Content[hash].Refs)
 	assert.Equal(t, text, w.s.Frames["c"].Handle("sum").Content)
 
 	w.must(&frames.CompactContext{Header: w.hdr(), FrameID: "c", Removed: []string{"sum"}, Strategy: "test"})
 	assert.NotContains(t, w.s.Content, hash, "no live reference: the entry is forgotten")
-	assert.Len(t, stored(w.addHandle("c", "h3", text)), 1, "added again, it is stored again")
+	assert.Equal(t, 1, stored(w.addHandle("c", "h3", text)), "added again, it is stored again")
 
 	w.must(&frames.PopFrame{Header: w.hdr(), FrameID: "c", Status: frames.StatusCompleted})
 	assert.Empty(t, w.s.Content, "a finished frame's references are gone with it")
 	assert.True(t, reflect.DeepEqual(w.replay().Clone(), w.s.Clone()))
 }
 
-// A handle refers only to content stored at or after its frame's push, so
-// that a finished frame's content is within its own span of the log.
+// A handle refers only to content its own frame stored (or a retention
+// pass stored again since its push), so that a finished frame's content is
+// within its own span of the log.
 func TestContentRefsStayWithinTheFramesSpan(t *testing.T) {
 	w := newWorld(t)
 	w.push("r", "", 1000)
 	text := big("y")
 	w.addHandle("r", "h", text)
 	w.push("c", "r", 100)
-	assert.Len(t, stored(w.addHandle("c", "h", text)), 1, "stored before c was pushed: stored again for c")
-	assert.Empty(t, stored(w.addHandle("r", "h2", text)), "r was pushed before the newer record: it refers to it")
-	assert.EqualValues(t, 3, w.s.Content[frames.ContentHash(text)].Refs)
+	assert.Equal(t, 1, stored(w.addHandle("c", "h", text)), "stored by r: stored again for c")
+	assert.Zero(t, stored(w.addHandle("c", "h2", text)), "c refers to its own copy")
+	assert.Equal(t, 1, stored(w.addHandle("r", "h2", text)), "the latest copy is c's: stored again for r")
+	assert.EqualValues(t, 4, w.s.Content[frames.ContentHash(text)].Refs)
+
+	meta := frames.Meta{Scope: "agent-1", Frame: "c", At: w.now}
+	before := w.s.Clone()
+	err := frames.Apply(w.s, &frames.HandleAdded{Meta: meta, Handle: frames.ContextHandle{ID: "x", Priority: compaction.Low, ContentRef: frames.ContentHash(text)}})
+	require.ErrorIs(t, err, frames.ErrInconsistentEvent, "c may not refer to r's copy")
+	assert.True(t, reflect.DeepEqual(before, w.s.Clone()))
 }
 
 func TestRetentionStoresLiveContentAgain(t *testing.T) {
@@ -152,7 +172,8 @@ func TestRetentionStoresLiveContentAgain(t *testing.T) {
 
 	// Content whose record is already after the cut is not stored again.
 	evs = w.must(&frames.ApplyRetention{Header: w.hdr(), Through: through + 1, Hash: strings.Repeat("b", 64), Why: "test"})
-	assert.Empty(t, stored(evs))
+	assert.Zero(t, stored(evs))
+	assert.Zero(t, stored(w.addHandle("r", "h2", text)), "r refers to the copy stored again since its push")
 }
 
 func TestContentRefBadInput(t *testing.T) {
@@ -166,8 +187,8 @@ func TestContentRefBadInput(t *testing.T) {
 	events := map[string]frames.Event{
 		"unknown ref": &frames.HandleAdded{Meta: meta, Handle: frames.ContextHandle{ID: "x", Priority: compaction.Low,
 			ContentRef: frames.ContentHash("never stored")}},
-		"ref and content": &frames.HandleAdded{Meta: meta, Handle: frames.ContextHandle{ID: "x", Priority: compaction.Low,
-			ContentRef: hash, Content: "inline too"}},
+		"content under another hash": &frames.HandleAdded{Meta: meta, Handle: frames.ContextHandle{ID: "x", Priority: compaction.Low,
+			ContentRef: hash, Content: "not it"}},
 		"wrong hash":      &frames.ContentStored{Meta: meta, Hash: frames.ContentHash("other"), Content: text},
 		"empty content":   &frames.ContentStored{Meta: meta, Hash: frames.ContentHash(""), Content: ""},
 		"frame not live":  &frames.ContentStored{Meta: frames.Meta{Scope: "agent-1", Frame: "gone", At: w.now}, Hash: hash, Content: text},
@@ -227,9 +248,12 @@ func TestRebuildFinishedInlinesRefs(t *testing.T) {
 		}
 		v := frames.Versioned{Version: int64(i + 1), Event: e}
 		own = append(own, v)
-		if _, ok := e.(*frames.ContentStored); !ok {
-			withoutContent = append(withoutContent, v)
+		if ha, ok := e.(*frames.HandleAdded); ok && ha.Handle.Content != "" {
+			c := *ha
+			c.Handle.Content = "" // a reference that nothing stores
+			v.Event = &c
 		}
+		withoutContent = append(withoutContent, v)
 	}
 	f, ok, err := frames.RebuildFinished(own)
 	require.NoError(t, err)

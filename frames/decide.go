@@ -483,8 +483,8 @@ func (d decider) addHandle(c *AddContextHandle) ([]Event, error) {
 	}
 	h.CreatedAt = d.h.Now
 	h.Seq = 0 // assigned on Apply: the event's version
-	evs := d.storeByRef(f, ReasonUserMessage, &h)
-	return append(evs, &HandleAdded{Meta: d.meta(f.ID, ReasonUserMessage), Handle: h}), nil
+	d.byRef(f, &h)
+	return []Event{&HandleAdded{Meta: d.meta(f.ID, ReasonUserMessage), Handle: h}}, nil
 }
 
 func (d decider) addResult(c *AddResult) ([]Event, error) {
@@ -613,8 +613,8 @@ func (d decider) finishTool(c *FinishToolCall) ([]Event, error) {
 	}
 	ch.CreatedAt, rh.CreatedAt = d.h.Now, d.h.Now
 	ch.Seq, rh.Seq = 0, 0
-	evs := d.storeByRef(f, ReasonToolResultsCommitted, &ch, &rh)
-	return append(evs, &ToolFinished{Meta: d.meta(f.ID, ReasonToolResultsCommitted), CallID: c.CallID, IsError: c.IsError, CallHandle: ch, ResultHandle: rh}), nil
+	d.byRef(f, &ch, &rh)
+	return []Event{&ToolFinished{Meta: d.meta(f.ID, ReasonToolResultsCommitted), CallID: c.CallID, IsError: c.IsError, CallHandle: ch, ResultHandle: rh}}, nil
 }
 
 func (d decider) suspend(c *SuspendFrame) ([]Event, error) {
@@ -723,10 +723,10 @@ func (d decider) compact(c *CompactContext) ([]Event, error) {
 		h.CreatedAt, h.Seq = d.h.Now, 0
 		sum = &h
 	}
-	evs := d.storeByRef(f, ReasonUserMessage, sum)
-	return append(evs, &FrameCompacted{Meta: d.meta(f.ID, ReasonUserMessage), Strategy: c.Strategy,
+	d.byRef(f, sum)
+	return []Event{&FrameCompacted{Meta: d.meta(f.ID, ReasonUserMessage), Strategy: c.Strategy,
 		Removed: append([]string(nil), c.Removed...), Summary: sum, OriginalTokens: c.OriginalTokens,
-		FinalTokens: c.FinalTokens, Level: c.Level}), nil
+		FinalTokens: c.FinalTokens, Level: c.Level}}, nil
 }
 
 func firstRemovedOf(f *Frame, removed map[string]bool, group string) string {

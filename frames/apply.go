@@ -313,7 +313,7 @@ func applyHandles(s *State, frameID string, version int64, group string, hs ...C
 		if h.ID == "" || f.Handle(h.ID) != nil || !h.Priority.Valid() || h.Tokens < 0 {
 			return inconsistent("handle %q", h.ID)
 		}
-		if h.ContentRef != "" && here == nil {
+		if (h.ContentRef != "" || h.StoresContent) && here == nil {
 			here = map[string]bool{}
 		}
 		if err := s.checkRef(f, &h, here); err != nil {
@@ -331,10 +331,11 @@ func applyHandles(s *State, frameID string, version int64, group string, hs ...C
 	}
 	for _, h := range hs {
 		h.Seq = version
+		if h.StoresContent {
+			h.ContentRef, h.StoresContent = ContentHash(h.Content), false
+			s.store(h.ContentRef, version, f.ID, h.Content)
+		}
 		if h.ContentRef != "" {
-			if h.Content != "" {
-				s.store(h.ContentRef, version, f.ID, h.Content)
-			}
 			h.Content = s.ref(h.ContentRef)
 		}
 		h.Covers = append([]string(nil), h.Covers...)

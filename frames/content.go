@@ -11,8 +11,9 @@ import (
 //
 // A handle whose content is at least Config.ContentRefBytes long names it
 // by its SHA-256 (ContextHandle.ContentRef). The event that adds it first
-// carries the content too: that record stores it. Handles of the same
-// frame that add the same content again carry the reference only, so the
+// carries the content, marked StoresContent (the hash is computed on
+// Apply): that record stores it. Handles of the same frame that add the
+// same content again carry the reference only, so the
 // content is in the log once per frame that uses it (a tool call and its
 // result with the same text: once). Every record the chain hashes names
 // the content's hash or holds the content, so integrity holds, and an
@@ -119,19 +120,22 @@ func reusable(c *StoredContent, f *Frame) bool {
 }
 
 // checkRef checks a handle of f that names its content by hash: one that
-// stores it (carries it) must carry content with that hash; one that refers
-// to it must find it stored by f (see reusable), or by a handle before it
-// in the same event (here). Inline handles pass.
+// stores it must carry content and no reference; one that refers to it
+// must carry no content and find it stored by f (see reusable), or by a
+// handle before it in the same event (here). Inline handles pass.
 func (s *State) checkRef(f *Frame, h *ContextHandle, here map[string]bool) error {
+	if h.StoresContent {
+		if h.Content == "" || h.ContentRef != "" {
+			return inconsistent("handle %q stores content %q with reference %q", h.ID, h.Content, h.ContentRef)
+		}
+		here[ContentHash(h.Content)] = true
+		return nil
+	}
 	if h.ContentRef == "" {
 		return nil
 	}
 	if h.Content != "" {
-		if ContentHash(h.Content) != h.ContentRef {
-			return inconsistent("handle %q stores content under %q, its hash is another", h.ID, h.ContentRef)
-		}
-		here[h.ContentRef] = true
-		return nil
+		return inconsistent("handle %q carries content and a reference", h.ID)
 	}
 	if c := s.Content[h.ContentRef]; !here[h.ContentRef] && !reusable(c, f) {
 		if c == nil {
@@ -180,11 +184,13 @@ func (d decider) byRef(f *Frame, hs ...*ContextHandle) {
 		if here == nil {
 			here = map[string]bool{}
 		}
-		h.ContentRef = ContentHash(h.Content)
-		if here[h.ContentRef] || reusable(d.s.Content[h.ContentRef], f) {
-			h.Content = ""
+		hash := ContentHash(h.Content)
+		if here[hash] || reusable(d.s.Content[hash], f) {
+			h.Content, h.ContentRef = "", hash
+		} else {
+			h.StoresContent = true
 		}
-		here[h.ContentRef] = true
+		here[hash] = true
 	}
 }
 
@@ -313,14 +319,22 @@ func (s *State) WithoutStoredContent() *State {
 // span of the log).
 func inlineRefs(stored map[string]string, hs ...*ContextHandle) error {
 	for _, h := range hs {
-		if h == nil || h.ContentRef == "" {
+		if h == nil {
+			continue
+		}
+		if h.StoresContent {
+			if h.Content == "" || h.ContentRef != "" {
+				return inconsistent("handle %q stores content %q with reference %q", h.ID, h.Content, h.ContentRef)
+			}
+			stored[ContentHash(h.Content)] = h.Content
+			h.StoresContent = false
+			continue
+		}
+		if h.ContentRef == "" {
 			continue
 		}
 		if h.Content != "" {
-			if ContentHash(h.Content) != h.ContentRef {
-				return inconsistent("handle %q stores content under %q, its hash is another", h.ID, h.ContentRef)
-			}
-			stored[h.ContentRef] = h.Content
+			return inconsistent("handle %q carries content and a reference", h.ID)
 		} else if c, ok := stored[h.ContentRef]; ok {
 			h.Content = c
 		} else {
@@ -346,7 +360,7 @@ func ContentOf(e Event, hash string) (string, bool) {
 		hs = []*ContextHandle{ev.Summary}
 	}
 	for _, h := range hs {
-		if h != nil && h.ContentRef == hash && h.Content != "" {
+		if h != nil && h.StoresContent && h.Content != "" && ContentHash(h.Content) == hash {
 			return h.Content, true
 		}
 	}

@@ -38,7 +38,7 @@ func stored(evs []frames.Event) int {
 			hs = append(hs, ev.Summary)
 		}
 		for _, h := range hs {
-			if h != nil && h.ContentRef != "" && h.Content != "" {
+			if h != nil && h.StoresContent {
 				n++
 			}
 		}
@@ -56,7 +56,10 @@ func TestContentStoredOnceByReference(t *testing.T) {
 	require.Len(t, evs, 1, "one record per operation")
 	added := evs[0].(*frames.HandleAdded)
 	assert.Equal(t, text, added.Handle.Content, "the first time, the handle's event stores the content")
-	assert.Equal(t, hash, added.Handle.ContentRef)
+	assert.True(t, added.Handle.StoresContent)
+	assert.Empty(t, added.Handle.ContentRef, "the hash is computed on Apply, not carried")
+	assert.Equal(t, hash, w.s.Frames["r"].Handle("h1").ContentRef)
+	assert.False(t, w.s.Frames["r"].Handle("h1").StoresContent)
 
 	evs = w.addHandle("r", "h2", text)
 	require.Len(t, evs, 1)
@@ -187,8 +190,12 @@ func TestContentRefBadInput(t *testing.T) {
 	events := map[string]frames.Event{
 		"unknown ref": &frames.HandleAdded{Meta: meta, Handle: frames.ContextHandle{ID: "x", Priority: compaction.Low,
 			ContentRef: frames.ContentHash("never stored")}},
-		"content under another hash": &frames.HandleAdded{Meta: meta, Handle: frames.ContextHandle{ID: "x", Priority: compaction.Low,
-			ContentRef: hash, Content: "not it"}},
+		"ref and content": &frames.HandleAdded{Meta: meta, Handle: frames.ContextHandle{ID: "x", Priority: compaction.Low,
+			ContentRef: hash, Content: "inline too"}},
+		"stores nothing": &frames.HandleAdded{Meta: meta, Handle: frames.ContextHandle{ID: "x", Priority: compaction.Low,
+			StoresContent: true}},
+		"stores with a ref": &frames.HandleAdded{Meta: meta, Handle: frames.ContextHandle{ID: "x", Priority: compaction.Low,
+			StoresContent: true, Content: text, ContentRef: hash}},
 		"wrong hash":      &frames.ContentStored{Meta: meta, Hash: frames.ContentHash("other"), Content: text},
 		"empty content":   &frames.ContentStored{Meta: meta, Hash: frames.ContentHash(""), Content: ""},
 		"frame not live":  &frames.ContentStored{Meta: frames.Meta{Scope: "agent-1", Frame: "gone", At: w.now}, Hash: hash, Content: text},
@@ -208,6 +215,9 @@ func TestContentRefBadInput(t *testing.T) {
 	t.Run("a command naming a ref", func(t *testing.T) {
 		_, err := w.do(&frames.AddContextHandle{Header: w.hdr(), FrameID: "r", Handle: frames.ContextHandle{
 			ID: "y", Priority: compaction.Low, ContentRef: hash}})
+		require.ErrorIs(t, err, frames.ErrInvalidArgument)
+		_, err = w.do(&frames.AddContextHandle{Header: w.hdr(), FrameID: "r", Handle: frames.ContextHandle{
+			ID: "y", Priority: compaction.Low, Content: text, StoresContent: true}})
 		require.ErrorIs(t, err, frames.ErrInvalidArgument)
 	})
 	t.Run("resolving content under another hash", func(t *testing.T) {
@@ -248,9 +258,9 @@ func TestRebuildFinishedInlinesRefs(t *testing.T) {
 		}
 		v := frames.Versioned{Version: int64(i + 1), Event: e}
 		own = append(own, v)
-		if ha, ok := e.(*frames.HandleAdded); ok && ha.Handle.Content != "" {
+		if ha, ok := e.(*frames.HandleAdded); ok && ha.Handle.StoresContent {
 			c := *ha
-			c.Handle.Content = "" // a reference that nothing stores
+			c.Handle.Content, c.Handle.StoresContent, c.Handle.ContentRef = "", false, frames.ContentHash(text) // a reference that nothing stores
 			v.Event = &c
 		}
 		withoutContent = append(withoutContent, v)

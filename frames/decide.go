@@ -446,7 +446,7 @@ func (d decider) checkHandle(f *Frame, h *ContextHandle, extra int) error {
 	if err := checkText("content", h.Content, d.cfg.MaxContentBytes); err != nil {
 		return err
 	}
-	if h.ContentRef != "" {
+	if h.ContentRef != "" || h.StoresContent {
 		return invalid("handle %q names a content reference: the server assigns them", h.ID)
 	}
 	if err := budget.NonNegative("handle tokens", h.Tokens); err != nil {

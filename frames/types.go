@@ -104,7 +104,12 @@ type ContextHandle struct {
 	// ContentRef is the hex SHA-256 of content stored by reference ("":
 	// the content is inline).
 	ContentRef string `msgpack:"cr,omitempty"`
-	Tokens     int64  `msgpack:"t"`
+	// StoresContent, in an event only, says that the handle carries
+	// content the scope stores by reference from then on: Apply sets
+	// ContentRef to its hash (computed, not carried, to keep the record
+	// small) and clears the flag.
+	StoresContent bool  `msgpack:"sc,omitempty"`
+	Tokens        int64 `msgpack:"t"`
 	// LightTokens is Tokens after whitespace normalization (compaction's
 	// Light level), counted once when the handle is added; 0 if unknown.
 	LightTokens int64    `msgpack:"lt,omitempty"`

@@ -89,9 +89,11 @@ func DecodeFrameEvent(r Record) (frames.Event, error) {
 	return e, nil
 }
 
-// EncodeState encodes a scope's projection for a snapshot.
+// EncodeState encodes a scope's projection for a snapshot: content stored
+// by reference is not in it, only its hash and the version of its record
+// (LoadState reads it back).
 func EncodeState(s *frames.State) (Snapshot, error) {
-	data, err := Marshal(s)
+	data, err := Marshal(s.SnapshotView())
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("eventstore: encode state: %w", err)
 	}
@@ -100,8 +102,11 @@ func EncodeState(s *frames.State) (Snapshot, error) {
 
 // DecodeState decodes a snapshot's projection. ok is false (with a nil
 // error) for a snapshot of another projection format: replay instead.
+// Format 3 is read as it is: format 4 only added fields it leaves empty
+// (content by reference), and a scope whose history retention removed
+// cannot be replayed from its start.
 func DecodeState(stream string, snap Snapshot) (s *frames.State, ok bool, err error) {
-	if snap.Format != frames.StateFormat {
+	if snap.Format != frames.StateFormat && snap.Format != 3 {
 		return nil, false, nil
 	}
 	s = &frames.State{}

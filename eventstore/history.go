@@ -126,7 +126,8 @@ func LoadFinishedFrame(ctx context.Context, store Store, scope, id string) (*fra
 		if r.Version > sp.Last {
 			return errStopRead
 		}
-		if f, _ := metaKeys(r.Data); string(f) != id {
+		// Its own records, and the content its handles may refer to.
+		if f, _ := metaKeys(r.Data); string(f) != id && r.Type != frames.TypeContentStored {
 			return nil
 		}
 		ev, err := DecodeFrameEvent(r)

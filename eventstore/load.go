@@ -59,11 +59,16 @@ func LoadState(ctx context.Context, store Store, scope string, horizon, skew int
 		st = newState(scope, horizon, skew)
 	}
 	err = replay(ctx, store, st, &info)
+	if err == nil {
+		err = resolveContent(ctx, store, st)
+	}
 	if err != nil && info.FromSnapshot {
 		// A snapshot that the log does not continue is not trusted.
 		log.Warn("stateindex: snapshot inconsistent with log, replaying the whole stream", "scope", scope, "error", err)
 		st, info = newState(scope, horizon, skew), LoadInfo{}
-		err = replay(ctx, store, st, &info)
+		if err = replay(ctx, store, st, &info); err == nil {
+			err = resolveContent(ctx, store, st)
+		}
 	}
 	if err != nil {
 		return nil, info, err
@@ -89,4 +94,30 @@ func replay(ctx context.Context, store Store, st *frames.State, info *LoadInfo) 
 		info.ReplayedBytes += int64(len(r.Data))
 		return nil
 	})
+}
+
+// resolveContent reads the content stored by reference that a state decoded
+// from a snapshot refers to — one record each, at the version the state
+// keeps — and fills the live handles that refer to it
+// (also those whose content a replayed content.stored brought), so that
+// packs need no I/O.
+func resolveContent(ctx context.Context, store Store, st *frames.State) error {
+	need := st.UnresolvedContent()
+	found := make(map[string]string, len(need))
+	for _, n := range need {
+		ev, err := readOne(ctx, store, st.Scope, n.Version)
+		if err != nil {
+			return err
+		}
+		content, ok := frames.ContentOf(ev, n.Hash)
+		if !ok {
+			return &CorruptionError{Stream: st.Scope, Version: n.Version,
+				Reason: fmt.Sprintf("the state refers to content %s stored here, the record (%s) does not hold it", n.Hash, ev.EventType())}
+		}
+		found[n.Hash] = content
+	}
+	if err := st.ResolveContent(found); err != nil {
+		return &CorruptionError{Stream: st.Scope, Version: st.Version, Reason: err.Error()}
+	}
+	return nil
 }

@@ -48,6 +48,8 @@ func Apply(s *State, e Event) error {
 		err = applyToolStarted(s, ev)
 	case *ToolFinished:
 		err = applyToolFinished(s, ev, version)
+	case *ContentStored:
+		err = applyContentStored(s, ev, version)
 	case *RetentionApplied:
 		if ev.Through <= s.RemovedThrough || ev.Through >= version {
 			err = inconsistent("retention through %d after %d, at version %d", ev.Through, s.RemovedThrough, version)
@@ -224,6 +226,7 @@ func applyPopped(s *State, e *FramePopped) error {
 			return inconsistent("pop of %q records %+v, state says %+v", f.ID, *e.Final, want)
 		}
 	}
+	s.unref(f.Handles...) // a finished frame's handles are no longer live
 	s.Finished++
 	s.pruneTokens(e.At)
 	if s.KeepFinished {
@@ -307,9 +310,16 @@ func applyHandles(s *State, frameID string, version int64, group string, hs ...C
 		return inconsistent("handle added to frame %q that is not live", frameID)
 	}
 	total := f.ContextTokens
+	var here map[string]bool // content stored by the handles before
 	for i, h := range hs {
 		if h.ID == "" || f.Handle(h.ID) != nil || !h.Priority.Valid() || h.Tokens < 0 {
 			return inconsistent("handle %q", h.ID)
+		}
+		if (h.ContentRef != "" || h.StoresContent) && here == nil {
+			here = map[string]bool{}
+		}
+		if err := s.checkRef(f, &h, here); err != nil {
+			return err
 		}
 		for _, o := range hs[:i] {
 			if o.ID == h.ID {
@@ -323,6 +333,13 @@ func applyHandles(s *State, frameID string, version int64, group string, hs ...C
 	}
 	for _, h := range hs {
 		h.Seq = version
+		if h.StoresContent {
+			h.ContentRef, h.StoresContent = ContentHash(h.Content), false
+			s.store(h.ContentRef, version, f.ID, h.Content)
+		}
+		if h.ContentRef != "" {
+			h.Content = s.ref(h.ContentRef)
+		}
 		h.Covers = append([]string(nil), h.Covers...)
 		if group != "" {
 			h.Group = group
@@ -375,13 +392,22 @@ func applyCompacted(s *State, e *FrameCompacted, version int64) error {
 		if _, err := budget.Add(f.ContextTokens-freed, e.Summary.Tokens); err != nil {
 			return inconsistent("compaction summary: %v", err)
 		}
+		if err := s.checkRef(f, e.Summary, map[string]bool{}); err != nil {
+			return err
+		}
 	}
 	kept := f.Handles[:0:0]
+	var gone []ContextHandle
 	for _, h := range f.Handles {
 		if !removed[h.ID] {
 			kept = append(kept, h)
+		} else if h.ContentRef != "" {
+			gone = append(gone, h)
 		}
 	}
+	// The summary's reference counts before the removed ones drop, so
+	// that content they share is not forgotten in between.
+	defer s.unref(gone...)
 	f.Handles = kept
 	f.ContextTokens -= freed
 	f.handleIdx = nil
@@ -475,6 +501,7 @@ func applyDestroyed(s *State, e *ScopeDestroyed, version int64) error {
 		}
 	}
 	s.Frames, s.Order, s.Tokens, s.Abandoned = map[string]*Frame{}, nil, map[string]*TokenRecord{}, nil
+	s.Content = nil // no live handle is left to refer to stored content
 	s.Finished, s.Resumes = 0, 0
 	if e.Through > s.RemovedThrough {
 		s.RemovedThrough = e.Through

@@ -452,6 +452,9 @@ func (d decider) checkHandle(f *Frame, h *ContextHandle, extra int) error {
 	if err := checkText("content", h.Content, d.cfg.MaxContentBytes); err != nil {
 		return err
 	}
+	if h.ContentRef != "" || h.StoresContent {
+		return invalid("handle %q names a content reference: the server assigns them", h.ID)
+	}
 	if err := budget.NonNegative("handle tokens", h.Tokens); err != nil {
 		return err
 	}
@@ -486,6 +489,7 @@ func (d decider) addHandle(c *AddContextHandle) ([]Event, error) {
 	}
 	h.CreatedAt = d.h.Now
 	h.Seq = 0 // assigned on Apply: the event's version
+	d.byRef(f, &h)
 	return []Event{&HandleAdded{Meta: d.meta(f.ID, ReasonUserMessage), Handle: h}}, nil
 }
 
@@ -615,6 +619,7 @@ func (d decider) finishTool(c *FinishToolCall) ([]Event, error) {
 	}
 	ch.CreatedAt, rh.CreatedAt = d.h.Now, d.h.Now
 	ch.Seq, rh.Seq = 0, 0
+	d.byRef(f, &ch, &rh)
 	return []Event{&ToolFinished{Meta: d.meta(f.ID, ReasonToolResultsCommitted), CallID: c.CallID, IsError: c.IsError, CallHandle: ch, ResultHandle: rh}}, nil
 }
 
@@ -724,6 +729,7 @@ func (d decider) compact(c *CompactContext) ([]Event, error) {
 		h.CreatedAt, h.Seq = d.h.Now, 0
 		sum = &h
 	}
+	d.byRef(f, sum)
 	return []Event{&FrameCompacted{Meta: d.meta(f.ID, ReasonUserMessage), Strategy: c.Strategy,
 		Removed: append([]string(nil), c.Removed...), Summary: sum, OriginalTokens: c.OriginalTokens,
 		FinalTokens: c.FinalTokens, Level: c.Level}}, nil
@@ -762,8 +768,14 @@ func (d decider) retention(c *ApplyRetention) ([]Event, error) {
 			return nil, err
 		}
 	}
-	return []Event{&RetentionApplied{Meta: d.meta("", ReasonUserMessage), Through: c.Through, Hash: c.Hash, Runs: c.Runs,
-		Why: c.Why, Archive: c.Archive, ArchiveSHA256: c.ArchiveSHA256}}, nil
+	// Content live handles still refer to is stored again at the head
+	// before the prefix that holds it goes.
+	again, err := d.restoreLive(c.Through)
+	if err != nil {
+		return nil, err
+	}
+	return append([]Event{&RetentionApplied{Meta: d.meta("", ReasonUserMessage), Through: c.Through, Hash: c.Hash, Runs: c.Runs,
+		Why: c.Why, Archive: c.Archive, ArchiveSHA256: c.ArchiveSHA256}}, again...), nil
 }
 
 // destroyed lists what a destroy of s drops: its live frames in push

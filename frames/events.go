@@ -43,6 +43,7 @@ const (
 	TypeToolFinished   = "tool.finished"
 	TypeRetention      = "scope.retention_applied"
 	TypeScopeDestroyed = "scope.destroyed"
+	TypeContentStored  = "content.stored"
 )
 
 // NewEvent returns a zero event of the named type, for decoders.
@@ -76,6 +77,8 @@ func NewEvent(eventType string) (Event, error) {
 		return &RetentionApplied{}, nil
 	case TypeScopeDestroyed:
 		return &ScopeDestroyed{}, nil
+	case TypeContentStored:
+		return &ContentStored{}, nil
 	}
 	return nil, ErrUnknownEventType
 }

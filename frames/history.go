@@ -65,8 +65,11 @@ type Versioned struct {
 // order: its handles, tool calls and inputs from them, everything else
 // from the record its frame.popped carries (Final). ok is false when that
 // event has no record (written before records existed): fold the whole
-// log with KeepFinished instead. Events that do not fit the frame are an
-// error matching ErrInconsistentEvent.
+// log with KeepFinished instead. own may hold content.stored events of any
+// frame within the span: the content its handles refer to is among them
+// (see ContentStored), and the rebuilt handles carry it inline. Events that
+// do not fit the frame, or a reference to content not in own, are an error
+// matching ErrInconsistentEvent.
 func RebuildFinished(own []Versioned) (f *Frame, ok bool, err error) {
 	if len(own) < 2 {
 		return nil, false, inconsistent("a finished frame has %d events", len(own))
@@ -85,7 +88,15 @@ func RebuildFinished(own []Versioned) (f *Frame, ok bool, err error) {
 	fr := &Frame{ID: id, ParentID: push.ParentID, Goal: push.Goal, Inputs: cloneBytes(push.Inputs), Status: StatusActive,
 		Depth: push.Depth, Budget: push.Budget, Limits: push.Limits, CreatedAt: push.At, PushSeq: own[0].Version}
 	s.Frames[id] = fr
+	stored := map[string]string{}
 	for _, v := range own[1 : len(own)-1] {
+		if cs, ok := v.Event.(*ContentStored); ok {
+			if err := checkStored(cs); err != nil {
+				return nil, false, err
+			}
+			stored[cs.Hash] = cs.Content
+			continue
+		}
 		m := v.Event.EventMeta()
 		if m.Frame != id || m.Scope != push.Scope {
 			return nil, false, inconsistent("event %d is about %q, not %q", v.Version, m.Frame, id)
@@ -99,13 +110,26 @@ func RebuildFinished(own []Versioned) (f *Frame, ok bool, err error) {
 				fr.Inputs = cloneBytes(e.Inputs)
 			}
 		case *HandleAdded:
-			err = applyHandles(s, id, v.Version, "", e.Handle)
+			h := e.Handle
+			if err = inlineRefs(stored, &h); err == nil {
+				err = applyHandles(s, id, v.Version, "", h)
+			}
 		case *FrameCompacted:
-			err = applyCompacted(s, e, v.Version)
+			c := *e
+			if c.Summary != nil {
+				sum := *c.Summary
+				c.Summary = &sum
+			}
+			if err = inlineRefs(stored, c.Summary); err == nil {
+				err = applyCompacted(s, &c, v.Version)
+			}
 		case *ToolStarted:
 			err = applyToolStarted(s, e)
 		case *ToolFinished:
-			err = applyToolFinished(s, e, v.Version)
+			c := *e
+			if err = inlineRefs(stored, &c.CallHandle, &c.ResultHandle); err == nil {
+				err = applyToolFinished(s, &c, v.Version)
+			}
 		}
 		if err != nil {
 			return nil, false, err

@@ -144,7 +144,7 @@ func CheckInvariants(s *State) error {
 			return bad("abandoned call %q of frame %q is not one", a.Call.ID, a.FrameID)
 		}
 	}
-	return nil
+	return checkContentInvariants(s)
 }
 
 func contains(xs []string, x string) bool {

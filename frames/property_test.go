@@ -31,7 +31,7 @@ func genCommand(t *rapid.T, s *frames.State, hdr frames.Header, n int) frames.Co
 	mint := frames.Mint{TokenID: fmt.Sprintf("t%d", n), ExpiresAt: hdr.Now + rapid.Int64Range(1, 100).Draw(t, "ttl")}
 	handle := func(k string) frames.ContextHandle {
 		return frames.ContextHandle{ID: fmt.Sprintf("h%d%s", n, k), Kind: "text", Priority: compaction.Priority(rapid.IntRange(1, 5).Draw(t, "prio")),
-			Content: "c", Tokens: amount("tokens")}
+			Content: rapid.SampledFrom([]string{"c", "shared content", "other content"}).Draw(t, "content"), Tokens: amount("tokens")}
 	}
 	switch rapid.IntRange(0, 11).Draw(t, "op") {
 	case 0, 1:
@@ -93,6 +93,7 @@ func genCommand(t *rapid.T, s *frames.State, hdr frames.Header, n int) frames.Co
 func TestPropertyDecideApplyReplay(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := frames.DefaultConfig()
+		cfg.ContentRefBytes = 8 // the longer contents are stored by reference, shared
 		s := frames.NewState("prop", 0)
 		var log []frames.Event
 		steps := rapid.IntRange(1, 80).Draw(t, "steps")

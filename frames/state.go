@@ -77,6 +77,9 @@ type State struct {
 	// Abandoned are the tool calls finished frames left open, in the order
 	// their frames finished.
 	Abandoned []AbandonedCall `msgpack:"ab,omitempty"`
+	// Content is the content stored by reference that live handles refer
+	// to, by hash (see ContentStored).
+	Content map[string]*StoredContent `msgpack:"cs,omitempty"`
 	// Finished counts the frames that finished.
 	Finished int64 `msgpack:"fn"`
 	// RemovedThrough is the version the scope's history was removed
@@ -281,6 +284,14 @@ func (s *State) Clone() *State {
 		tc := *t
 		c.Tokens[id] = &tc
 	}
+	c.Content = nil
+	if s.Content != nil {
+		c.Content = make(map[string]*StoredContent, len(s.Content))
+		for h, sc := range s.Content {
+			cc := *sc
+			c.Content[h] = &cc
+		}
+	}
 	c.Abandoned = nil
 	for _, a := range s.Abandoned {
 		a.Call.Input = cloneBytes(a.Call.Input)
@@ -296,5 +307,7 @@ func (s *State) Clone() *State {
 // only live frames (finished ones are found through the store's index),
 // no request records (the store's index answers for them), no children
 // lists. A snapshot of an earlier format is ignored and the scope
-// replayed, which rebuilds it.
-const StateFormat uint32 = 3
+// replayed, which rebuilds it. Format 4: content at or above the threshold
+// is referred to by hash (State.Content; handles carry ContentRef and, in
+// the snapshot, no content).
+const StateFormat uint32 = 4

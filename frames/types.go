@@ -91,14 +91,25 @@ func (r SuspendReason) Valid() bool {
 }
 
 // ContextHandle is one piece of a frame's context: a message, a document, a
-// tool call or result, a summary. Content is kept inline; Tokens is its size
-// under the server's counter when it was added.
+// tool call or result, a summary. Tokens is its size under the server's
+// counter when it was added. Content at or above Config.ContentRefBytes is
+// stored once per scope (see ContentStored): the handle's event and the
+// snapshot carry its hash in ContentRef and no Content; the in-memory
+// projection carries both.
 type ContextHandle struct {
 	ID       string              `msgpack:"id"`
 	Kind     string              `msgpack:"k"`
 	Priority compaction.Priority `msgpack:"p"`
 	Content  string              `msgpack:"c"`
-	Tokens   int64               `msgpack:"t"`
+	// ContentRef is the hex SHA-256 of content stored by reference ("":
+	// the content is inline).
+	ContentRef string `msgpack:"cr,omitempty"`
+	// StoresContent, in an event only, says that the handle carries
+	// content the scope stores by reference from then on: Apply sets
+	// ContentRef to its hash (computed, not carried, to keep the record
+	// small) and clears the flag.
+	StoresContent bool  `msgpack:"sc,omitempty"`
+	Tokens        int64 `msgpack:"t"`
 	// LightTokens is Tokens after whitespace normalization (compaction's
 	// Light level), counted once when the handle is added; 0 if unknown.
 	LightTokens int64    `msgpack:"lt,omitempty"`

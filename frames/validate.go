@@ -16,6 +16,9 @@ type Config struct {
 	MaxNameBytes       int // kinds, tool names, notes, refs
 	MaxDepth           int64
 	MaxHandlesPerFrame int
+	// ContentRefBytes is the size from which a handle's content is stored
+	// once, by reference (ContentStored); 0 keeps every content inline.
+	ContentRefBytes int
 }
 
 // DefaultConfig returns the limits of DESIGN §6.
@@ -29,6 +32,7 @@ func DefaultConfig() Config {
 		MaxNameBytes:       4 << 10,
 		MaxDepth:           64,
 		MaxHandlesPerFrame: 100_000,
+		ContentRefBytes:    DefaultContentRefBytes,
 	}
 }
 
@@ -39,6 +43,9 @@ func (c Config) Validate() error {
 		if v <= 0 {
 			return invalid("config bounds must be positive: %+v", c)
 		}
+	}
+	if c.ContentRefBytes < 0 {
+		return invalid("content_ref_bytes %d is negative", c.ContentRefBytes)
 	}
 	return nil
 }

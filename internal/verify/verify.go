@@ -401,7 +401,7 @@ func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.
 			return errStop
 		}
 		if r.Version == snapVersion {
-			atSnap = state.Clone()
+			atSnap = state.WithoutStoredContent() // as its snapshot holds it
 		}
 		return nil
 	})

@@ -147,13 +147,14 @@ func (s *scope) liveChildren(id string) int {
 }
 
 // Storm drives a StateIndex with random valid requests on its scopes.
+// Request ids are minted as the Client mints them (actors.NewRequestID: a
+// UUIDv7 carrying its first-send time), so that a resend older than the
+// idempotency horizon is refused as expired, never applied twice.
 type Storm struct {
-	C      *actors.Client
-	Log    *SideLog
-	Prefix string // request id prefix, unique per process
+	C   *actors.Client
+	Log *SideLog
 	// Tokens known from earlier runs (side file), by scope and frame.
 	Tokens map[string]map[string]string
-	n      int
 }
 
 // errRefused marks a request the server refused with a domain error.
@@ -165,8 +166,7 @@ func (w *Storm) send(ctx context.Context, req messages.Request) (messages.Reply,
 	var id, scopeName string
 	if r, ok := req.(messages.MutatingRequest); ok { // ResumeActor too: it appends
 		if r.Mut().RequestID == "" {
-			w.n++
-			r.Mut().RequestID = fmt.Sprintf("%s-%d", w.Prefix, w.n)
+			r.Mut().RequestID = actors.NewRequestID()
 		}
 		id, scopeName = r.Mut().RequestID, r.Mut().Scope
 	}

@@ -174,9 +174,10 @@ func scopeHistory(ctx context.Context, dir string, store *eventstore.BoltStore, 
 	}
 
 	// The removals the scope records tile 1..through with their archives.
+	// By file name: the directory may have moved since (a copy of it).
 	byPath := map[string]*archive{}
 	for _, a := range h.archives {
-		byPath[a.path] = a
+		byPath[filepath.Base(a.path)] = a
 	}
 	for _, r := range h.records {
 		if r.Type != frames.TypeRetention {
@@ -190,7 +191,7 @@ func scopeHistory(ctx context.Context, dir string, store *eventstore.BoltStore, 
 	}
 	from := int64(1)
 	for i, ra := range h.removals {
-		a := byPath[ra.Archive]
+		a := byPath[filepath.Base(ra.Archive)]
 		switch {
 		case a == nil:
 			return nil, fmt.Errorf("the removal through %d names archive %q, which is not there", ra.Through, ra.Archive)

@@ -141,15 +141,16 @@ type Stats struct {
 	// archive's write and the removal's record) and those a kill left half
 	// written; frames GetFrame answered as removed, and frames whose first
 	// records were removed (answered from their record, without handles).
-	AckedArchived   int
-	ExpiredResends  int
-	Removals        int
-	RemovedRecords  int64
-	Archives        int
-	OrphanArchives  int
-	PartialArchives int
-	FramesRemoved   int
-	FramesCut       int
+	AckedArchived    int
+	ExpiredResends   int // of the whole side file; ExpiredCommitted of them had committed before their kill
+	ExpiredCommitted int
+	Removals         int
+	RemovedRecords   int64
+	Archives         int
+	OrphanArchives   int
+	PartialArchives  int
+	FramesRemoved    int
+	FramesCut        int
 	// Unfinished are the removals recorded and not carried out yet (a kill
 	// between the record and the store's removal), by scope: verify
 	// warned about each. Bases are the scopes' bases.
@@ -353,9 +354,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			// (the log holds the request at most once: checked above).
 			st.ExpiredResends++
 			if g != nil {
-				st.InFlightCommitted++
-			} else {
-				st.InFlightAbsent++
+				st.ExpiredCommitted++
 			}
 		case r.Refused != "":
 			if g != nil {

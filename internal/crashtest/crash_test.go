@@ -66,7 +66,7 @@ func TestCrash(t *testing.T) {
 	require.NoError(t, err)
 
 	var last crashtest.Stats
-	lost, inFlightCommitted, inFlightAbsent := 0, 0, 0
+	lost, inFlightCommitted, inFlightAbsent := 0, 0, 0 // in flight: resent after the restart and answered
 	killedBeforeReady := 0
 	var jt journalTally
 	var rt retentionTally
@@ -387,7 +387,6 @@ type retentionTally struct {
 	unfinishedSeen int            // recorded removals a kill left unfinished
 	finished       int            // of those, finished by the next child's first pass
 	newOrphans     int            // archives a kill left that no record names
-	expiredResends int
 }
 
 // add checks and counts one kill's effect on retention: a kill at the
@@ -400,7 +399,6 @@ func (rt *retentionTally) add(t *testing.T, cycle int, early bool, stage, selfKi
 	if rt.hits == nil {
 		rt.hits, rt.misses = map[string]int{}, map[string]int{}
 	}
-	rt.expiredResends += st.ExpiredResends
 	if stage != "" && selfKilled == "" {
 		rt.misses[stage]++
 	}
@@ -408,7 +406,15 @@ func (rt *retentionTally) add(t *testing.T, cycle int, early bool, stage, selfKi
 	if orphans > 0 {
 		rt.newOrphans += orphans
 	}
-	inside := len(st.Unfinished) > 0 || orphans > 0
+	// A kill inside a pass: one that left a removal recorded and not
+	// carried out, or an archive no record names.
+	inside := orphans > 0
+	for scope, through := range st.Unfinished {
+		if prev.Unfinished[scope] != through {
+			inside = true
+			rt.unfinishedSeen++
+		}
+	}
 	if selfKilled != "" {
 		inside = true
 		f := strings.Fields(selfKilled)
@@ -427,7 +433,6 @@ func (rt *retentionTally) add(t *testing.T, cycle int, early bool, stage, selfKi
 	if inside {
 		rt.insidePass++
 	}
-	rt.unfinishedSeen += len(st.Unfinished)
 	if !early {
 		for scope, through := range prev.Unfinished {
 			require.GreaterOrEqual(t, st.Bases[scope], through, "cycle %d: the removal of %q through %d the last kill interrupted was not finished by the next pass", cycle, scope, through)
@@ -435,8 +440,9 @@ func (rt *retentionTally) add(t *testing.T, cycle int, early bool, stage, selfKi
 		}
 	}
 	return fmt.Sprintf("retention: %d removals recorded (%d unfinished), %d records removed, %d archives (%d no record names), "+
-		"%d acknowledged writes found in archives, %d resends refused as expired, GetFrame: %d frames removed, %d cut",
-		st.Removals, len(st.Unfinished), st.RemovedRecords, st.Archives, st.OrphanArchives, st.AckedArchived, st.ExpiredResends, st.FramesRemoved, st.FramesCut)
+		"%d acknowledged writes found in archives, %d resends refused as expired (%d of them had committed), GetFrame: %d frames removed, %d cut",
+		st.Removals, len(st.Unfinished), st.RemovedRecords, st.Archives, st.OrphanArchives, st.AckedArchived, st.ExpiredResends, st.ExpiredCommitted,
+		st.FramesRemoved, st.FramesCut)
 }
 
 func (rt retentionTally) String(last crashtest.Stats) string {
@@ -446,7 +452,8 @@ func (rt retentionTally) String(last crashtest.Stats) string {
 	}
 	return fmt.Sprintf("after the last kill %d removals recorded, %d records removed from the store, %d archives verified (%d that no record names, %d half written), "+
 		"%d acknowledged writes found in archives; %d kills landed inside a pass (aimed at a step: %s); "+
-		"%d removals left recorded and unfinished, %d of them finished by the next pass; %d orphan archives left by kills; %d resends refused as expired",
+		"%d removals left recorded and unfinished, %d of them checked finished by the next child's first pass; %d orphan archives left by kills; "+
+		"%d resends refused as older than the horizon (%d of them had committed before the kill; none applied twice)",
 		last.Removals, last.RemovedRecords, last.Archives, last.OrphanArchives, last.PartialArchives, last.AckedArchived,
-		rt.insidePass, strings.Join(aimed, ", "), rt.unfinishedSeen, rt.finished, rt.newOrphans, rt.expiredResends)
+		rt.insidePass, strings.Join(aimed, ", "), rt.unfinishedSeen, rt.finished, rt.newOrphans, last.ExpiredResends, last.ExpiredCommitted)
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
@@ -28,9 +30,43 @@ type archive struct {
 	named   bool // a scope.retention_applied names it
 }
 
+// archives caches the archives read by earlier checks, by file identity
+// (path, inode, size, modification time): an archive is written once,
+// through a rename, so an unchanged identity is an unchanged file, and
+// each check need not verify the whole archived history again.
+var archives sync.Map
+
+type fileID struct {
+	path      string
+	ino       uint64
+	size, mod int64
+}
+
 // readArchive verifies the archive at path (every record's bytes, the
 // chain, every checkpoint signature) and decodes its records.
 func readArchive(path string) (*archive, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	id := fileID{path: path, size: fi.Size(), mod: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.ino = st.Ino
+	}
+	if a, ok := archives.Load(id); ok {
+		c := *a.(*archive) // named is per check
+		return &c, nil
+	}
+	a, err := decodeArchive(path)
+	if err == nil {
+		archives.Store(id, a)
+		c := *a
+		return &c, nil
+	}
+	return nil, err
+}
+
+func decodeArchive(path string) (*archive, error) {
 	info, err := eventstore.VerifyArchive(path, PublicKey())
 	if err != nil {
 		return nil, err

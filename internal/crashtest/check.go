@@ -142,6 +142,7 @@ type Stats struct {
 	// written; frames GetFrame answered as removed, and frames whose first
 	// records were removed (answered from their record, without handles).
 	AckedArchived    int
+	Compactions      int // acknowledged CompactContext requests among Acked
 	ExpiredResends   int // of the whole side file; ExpiredCommitted of them had committed before their kill
 	ExpiredCommitted int
 	Removals         int
@@ -340,6 +341,9 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 				fail("acknowledged %s %s replied version %d, but its events end at version %d", r.Op, id, r.Version, g.last)
 			default:
 				st.Acked++
+				if r.Op == "CompactContext" {
+					st.Compactions++
+				}
 				if g.last <= g.base {
 					st.AckedArchived++
 				}

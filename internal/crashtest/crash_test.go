@@ -225,6 +225,7 @@ func TestCrash(t *testing.T) {
 		require.Positive(t, jt.replayedKills, "no kill left acknowledged records in the journal for the reopen to replay")
 		// Retention ran under the kills, and kills landed inside passes.
 		require.Positive(t, last.Removals, "no removal was recorded")
+		require.Positive(t, last.Compactions, "no context compaction was acknowledged")
 		require.Positive(t, last.AckedArchived, "no acknowledged write was removed to an archive")
 		require.Positive(t, rt.insidePass, "no kill landed inside a retention pass")
 		require.Positive(t, rt.unfinishedSeen, "no kill left a recorded removal unfinished")
@@ -450,10 +451,10 @@ func (rt retentionTally) String(last crashtest.Stats) string {
 	for _, s := range crashtest.RetentionStages {
 		aimed = append(aimed, fmt.Sprintf("%s %d (%d missed)", s, rt.hits[s], rt.misses[s]))
 	}
-	return fmt.Sprintf("after the last kill %d removals recorded, %d records removed from the store, %d archives verified (%d that no record names, %d half written), "+
+	return fmt.Sprintf("after the last kill %d context compactions acknowledged, %d removals recorded, %d records removed from the store, %d archives verified (%d that no record names, %d half written), "+
 		"%d acknowledged writes found in archives; %d kills landed inside a pass (aimed at a step: %s); "+
 		"%d removals left recorded and unfinished, %d of them checked finished by the next child's first pass; %d orphan archives left by kills; "+
 		"%d resends refused as older than the horizon (%d of them had committed before the kill; none applied twice)",
-		last.Removals, last.RemovedRecords, last.Archives, last.OrphanArchives, last.PartialArchives, last.AckedArchived,
+		last.Compactions, last.Removals, last.RemovedRecords, last.Archives, last.OrphanArchives, last.PartialArchives, last.AckedArchived,
 		rt.insidePass, strings.Join(aimed, ", "), rt.unfinishedSeen, rt.finished, rt.newOrphans, last.ExpiredResends, last.ExpiredCommitted)
 }

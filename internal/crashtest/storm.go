@@ -352,6 +352,12 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 			return w.addHandle(ctx, rng, s, f)
 		case 3:
 			return w.update(ctx, rng, s, f)
+		case 4:
+			if f.handles >= 2 {
+				// A parent's context outgrows its budget while children work.
+				return w.compact(ctx, rng, s, f)
+			}
+			return w.read(ctx, rng, s, f)
 		default:
 			return w.read(ctx, rng, s, f)
 		}
@@ -410,17 +416,7 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		f.status, f.token = frames.StatusSuspended, r.(*messages.SuspensionToken).Token
 		return nil
 	case op < 18 && f.handles >= 2:
-		r, err := w.send(ctx, &messages.CompactContext{Header: mut(s), FrameID: f.id, TargetTokens: int64(rng.IntN(200)),
-			Strategy: messages.Strategy{Kind: []string{messages.StrategyPriorityBased, messages.StrategySummarizeOldest}[rng.IntN(2)], KeepRecent: 1}})
-		if err != nil {
-			return err
-		}
-		c := r.(*messages.CompactionResult)
-		f.handles -= len(c.Removed)
-		if c.SummaryID != "" {
-			f.handles++
-		}
-		return nil
+		return w.compact(ctx, rng, s, f)
 	case op < 20:
 		return w.pop(ctx, rng, s, f, s.liveChildren(f.id) > 0)
 	default:
@@ -444,6 +440,20 @@ func (w *Storm) addHandle(ctx context.Context, rng *rand.Rand, s *scope, f *mfra
 		f.handles++
 	}
 	return err
+}
+
+func (w *Storm) compact(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {
+	r, err := w.send(ctx, &messages.CompactContext{Header: mut(s), FrameID: f.id, TargetTokens: int64(rng.IntN(200)),
+		Strategy: messages.Strategy{Kind: []string{messages.StrategyPriorityBased, messages.StrategySummarizeOldest}[rng.IntN(2)], KeepRecent: 1}})
+	if err != nil {
+		return err
+	}
+	c := r.(*messages.CompactionResult)
+	f.handles -= len(c.Removed)
+	if c.SummaryID != "" {
+		f.handles++
+	}
+	return nil
 }
 
 func (w *Storm) update(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {

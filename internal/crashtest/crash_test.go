@@ -50,10 +50,12 @@ func readLines(r *bufio.Reader, lines chan<- string, done chan<- struct{}) {
 	}
 }
 
-// TestCrash: SIGKILL a child in the middle of a write storm again and
-// again; after every kill, every acknowledged write is in the log, nothing
-// partial or unsent is, every chain, snapshot and signature verifies, and
-// recovery equals a full replay.
+// TestCrash: SIGKILL a child in the middle of a write storm and its
+// retention passes again and again; after every kill, every acknowledged
+// write is in the log or, removed by retention, in a verified archive that
+// chains to it, nothing partial or unsent is, nothing half removed is
+// visible, every chain, snapshot and signature verifies, and recovery
+// equals a full replay.
 func TestCrash(t *testing.T) {
 	seed := *seedFlag
 	if seed == 0 {

@@ -5,6 +5,9 @@
 // random moments, restarts it, and checks the data file against the side
 // file (Check). The child resends the request each scope had in flight,
 // with the same request id, before it goes on — as a real agent would.
+// The child also runs retention passes that remove finished runs to
+// archives (retention.go); the checker then finds those writes in the
+// archives (history.go).
 //
 // A SIGKILL leaves the page cache intact, so this cannot catch a missing
 // fsync: the held-commit test in package actors (no reply leaves before the

@@ -103,17 +103,11 @@ func RunChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 	return runChild(ctx, dir, incarnation, seed, ready, steps, childOptions{})
 }
 
-// RunRetentionChild is RunChild with the retention passes of the crash
-// child (RetentionPolicy, archives under ArchiveDir, the short idempotency
-// horizon of RetentionConfig): one pass before the ready line, then passes
-// back to back while the storm runs.
-func RunRetentionChild(ctx context.Context, dir string, incarnation int, seed uint64, ready io.Writer, steps int) error {
-	return runChild(ctx, dir, incarnation, seed, ready, steps, childOptions{retention: true})
-}
-
 // childOptions: probe keeps the probe file (ProbeFile) up to date while
-// the store is open; retention runs retention passes (see
-// RunRetentionChild); killAt is the retention step at which the child
+// the store is open; retention runs retention passes (RetentionPolicy,
+// archives under ArchiveDir, RetentionServerConfig's short idempotency
+// horizon: one pass before the ready line, then passes back to back while
+// the storm runs, through a killStore); killAt is the retention step at which the child
 // SIGKILLs itself once ready (RetentionStages; "" for none).
 type childOptions struct {
 	probe, retention bool

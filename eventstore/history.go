@@ -109,9 +109,9 @@ func LoadFinishedFrame(ctx context.Context, store Store, scope, id string) (*fra
 	if err != nil {
 		return nil, err
 	}
-	if sp.First <= base.Version {
-		// Its first records were removed while it was live (it was in the
-		// snapshot then): its record stands for it, without its handles.
+	// A frame whose first records were removed while it was live (it was
+	// in the snapshot then): its record stands for it, without its handles.
+	fromFinal := func() (*frames.Frame, error) {
 		ev, err := readOne(ctx, store, scope, sp.Last)
 		if err != nil {
 			return nil, err
@@ -120,6 +120,9 @@ func LoadFinishedFrame(ctx context.Context, store Store, scope, id string) (*fra
 			return frames.FromRecord(p.Final), nil
 		}
 		return nil, fmt.Errorf("%w: %q (its history was removed)", frames.ErrFrameNotFound, id)
+	}
+	if sp.First <= base.Version {
+		return fromFinal()
 	}
 	var own []frames.Versioned
 	err = store.ReadStream(ctx, scope, sp.First, func(r Record) error {
@@ -139,6 +142,14 @@ func LoadFinishedFrame(ctx context.Context, store Store, scope, id string) (*fra
 	})
 	if err != nil && !errors.Is(err, errStopRead) {
 		return nil, err
+	}
+	if len(own) > 0 && base.Version > 0 {
+		if _, pushed := own[0].Event.(*frames.FramePushed); !pushed {
+			// Every record it had when history was removed was removed (it
+			// was live, in the snapshot): the removal dropped its index
+			// entry with them, and its later records started a new one.
+			return fromFinal()
+		}
 	}
 	f, ok, err := frames.RebuildFinished(own)
 	if err != nil {

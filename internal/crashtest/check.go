@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -131,6 +132,33 @@ type Stats struct {
 	// was served), and the bytes of a torn final frame that were cut.
 	Replayed  int
 	TornBytes int64
+	// Retention (the child's passes): acknowledged writes whose records
+	// were removed and found, whole, in the archives; resends the server
+	// refused as older than the idempotency horizon (in doubt: committed
+	// before the kill or not, never twice); the removals the scopes record
+	// (finished and not), the records they removed from the store; the
+	// archive files verified, those no record names (a kill between an
+	// archive's write and the removal's record) and those a kill left half
+	// written; frames GetFrame answered as removed, and frames whose first
+	// records were removed (answered from their record, without handles).
+	AckedArchived    int
+	Compactions      int // acknowledged CompactContext requests among Acked
+	ExpiredResends   int // of the whole side file; ExpiredCommitted of them had committed before their kill
+	ExpiredCommitted int
+	Removals         int
+	RemovedRecords   int64
+	Archives         int
+	OrphanArchives   int
+	PartialArchives  int
+	FramesRemoved    int
+	FramesCut        int
+	// Unfinished are the removals recorded and not carried out yet (a kill
+	// between the record and the store's removal), by scope: verify
+	// warned about each. Bases are the scopes' bases.
+	Unfinished map[string]int64
+	Bases      map[string]int64
+	Orphans    map[string]int // orphan archives by scope
+	Warnings   []string
 }
 
 func (s Stats) String() string {
@@ -142,6 +170,7 @@ func (s Stats) String() string {
 // group is one request's events in the log.
 type group struct {
 	scope       string
+	base        int64 // the scope's base: at or below it, the events are archived
 	id          string
 	first, last int64
 	events      []frames.Event
@@ -191,7 +220,8 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	if len(problems) > 0 {
 		return st, fmt.Errorf("verify found %d problem(s):\n  %s", len(problems), strings.Join(problems, "\n  "))
 	}
-	st.Snapshots, st.Signatures = int(vs.Snapshots), int(vs.SignaturesVerified)
+	st.Snapshots, st.Signatures, st.Warnings = int(vs.Snapshots), int(vs.SignaturesVerified), vs.Warnings
+	st.Unfinished, st.Bases, st.Orphans = map[string]int64{}, map[string]int64{}, map[string]int{}
 
 	side, err := ParseSide(filepath.Join(dir, SideFile))
 	if err != nil {
@@ -206,6 +236,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	groups := map[string]*group{}
 	replayed := map[string]*frames.State{} // every frame, finished ones too
 	live := map[string]*frames.State{}     // the live projection the server keeps
+	spans := map[string]map[string]eventstore.Span{}
 	var streams []string
 	if err := store.Streams(ctx, func(i eventstore.StreamInfo) error { streams = append(streams, i.Stream); return nil }); err != nil {
 		return st, err
@@ -218,6 +249,26 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 		}
 	}
 	for _, name := range streams {
+		h, err := scopeHistory(ctx, dir, store, name)
+		if err != nil {
+			return st, fmt.Errorf("scope %q: %w", name, err)
+		}
+		st.Bases[name] = h.base.Version
+		st.RemovedRecords += h.base.Version
+		st.Removals += len(h.removals)
+		st.Archives += len(h.archives)
+		st.OrphanArchives += h.orphans
+		st.Orphans[name] = h.orphans
+		st.PartialArchives += h.temps
+		if h.unfinished > 0 {
+			st.Unfinished[name] = h.unfinished
+			warned := fmt.Sprintf("stream %q: a removal through version %d is recorded", name, h.unfinished)
+			if !slices.ContainsFunc(vs.Warnings, func(w string) bool { return strings.HasPrefix(w, warned) }) {
+				return st, fmt.Errorf("scope %q: a removal through %d is recorded and not carried out (base %d), and verify did not warn about it", name, h.unfinished, h.base.Version)
+			}
+		}
+		fs := map[string]eventstore.Span{}
+		spans[name] = fs
 		state := frames.NewState(name, 0)
 		state.KeepFinished = true
 		lstate := frames.NewState(name, 0)
@@ -227,10 +278,19 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 				checkWhole(g, side, state, fail)
 			}
 		}
-		err := store.ReadStream(ctx, name, 1, func(r eventstore.Record) error {
+		// The whole history: the archived records, then the stored ones.
+		visit := func(r eventstore.Record) error {
 			ev, err := eventstore.DecodeFrameEvent(r)
 			if err != nil {
 				return err
+			}
+			if f := ev.EventMeta().Frame; f != "" {
+				sp, ok := fs[f]
+				if !ok {
+					sp.First = r.Version
+				}
+				sp.Last = r.Version
+				fs[f] = sp
 			}
 			id := ev.EventMeta().RequestID
 			if g == nil || g.id != id {
@@ -238,7 +298,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 				if groups[id] != nil {
 					fail("request %s appears twice in the log (scope %q versions %d and %d)", id, name, groups[id].first, r.Version)
 				}
-				g = &group{scope: name, id: id, first: r.Version}
+				g = &group{scope: name, id: id, first: r.Version, base: h.base.Version}
 				groups[id] = g
 				st.Requests++
 				recordPre(g, side, state)
@@ -253,9 +313,11 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			g.events = append(g.events, ev)
 			st.Events++
 			return nil
-		})
-		if err != nil {
-			return st, err
+		}
+		for _, r := range h.records {
+			if err := visit(r); err != nil {
+				return st, err
+			}
 		}
 		finish()
 		replayed[name], live[name] = state, lstate
@@ -279,10 +341,24 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 				fail("acknowledged %s %s replied version %d, but its events end at version %d", r.Op, id, r.Version, g.last)
 			default:
 				st.Acked++
+				if r.Op == "CompactContext" {
+					st.Compactions++
+				}
+				if g.last <= g.base {
+					st.AckedArchived++
+				}
 			}
 		case r.Acked:
 			if g != nil {
 				fail("%s %s was answered as writing nothing, yet its events are at versions %d..%d", r.Op, id, g.first, g.last)
+			}
+		case r.Refused == string(messages.CodeRequestExpired):
+			// A resend after the horizon: the first send may or may not
+			// have committed before the kill; it was not applied again
+			// (the log holds the request at most once: checked above).
+			st.ExpiredResends++
+			if g != nil {
+				st.ExpiredCommitted++
 			}
 		case r.Refused != "":
 			if g != nil {
@@ -295,6 +371,13 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 		}
 	}
 	for id, g := range groups {
+		if strings.HasPrefix(id, retentionRequest) {
+			// The retention pass's own request: one scope.retention_applied.
+			if _, ok := g.events[0].(*frames.RetentionApplied); !ok || len(g.events) != 1 {
+				fail("retention request %q (scope %q versions %d..%d) wrote %d events, not one scope.retention_applied", id, g.scope, g.first, g.last, len(g.events))
+			}
+			continue
+		}
 		if side.ByID[id] == nil {
 			fail("PHANTOM: request %q (scope %q versions %d..%d) was never sent", id, g.scope, g.first, g.last)
 		}
@@ -313,11 +396,14 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			return st, fmt.Errorf("scope %q: LoadState (snapshot plus tail) differs from a full replay: %s", name, d)
 		}
 	}
-	if err := checkResume(ctx, dir, store, streams, replayed, live, cycle); err != nil {
+	if err := checkResume(ctx, dir, store, streams, replayed, live, spans, &st, cycle); err != nil {
 		return st, err
 	}
 	return st, nil
 }
+
+// retentionRequest starts the request ids of a retention pass's removals.
+const retentionRequest = "retention:"
 
 // pre is what a multi-event request's check needs from the state before it.
 type pre struct {
@@ -400,7 +486,12 @@ func checkWhole(g *group, side *Side, s *frames.State, fail func(string, ...any)
 
 // checkResume starts a StateIndex on the store and compares what
 // ResumeActor and GetFrame return with the full replay.
-func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, streams []string, replayed, live map[string]*frames.State, cycle int) error {
+//
+// A finished frame whose records were all removed by retention is not
+// found; one whose first records were removed (it was live when they went)
+// answers with its record, without handles; every other frame in full.
+func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, streams []string, replayed, live map[string]*frames.State,
+	spans map[string]map[string]eventstore.Span, st *Stats, cycle int) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := quietSystem(quiet)
 	defer sys.Shutdown()
@@ -414,7 +505,7 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 		return err
 	}
 	defer sl.Close()
-	w := &Storm{C: srv.Client(), Log: sl, Prefix: fmt.Sprintf("check%d", cycle)}
+	w := &Storm{C: srv.Client(), Log: sl}
 	for _, name := range streams {
 		want, all := live[name], replayed[name]
 		reply, err := w.send(ctx, &messages.ResumeActor{Header: messages.Header{Scope: name}})
@@ -449,12 +540,31 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 			ids = append(ids, id)
 		}
 		sort.Strings(ids)
+		base := st.Bases[name]
 		for _, id := range ids {
+			sp, ok := spans[name][id]
+			if !ok {
+				return fmt.Errorf("scope %q: no record names frame %s", name, id)
+			}
+			finished := !all.Frames[id].Status.Live()
 			fr, err := w.C.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: name}, FrameID: id, WithHandles: true})
+			if finished && sp.Last <= base {
+				var me *messages.Error
+				if !errors.As(err, &me) || me.Code != messages.CodeFrameNotFound {
+					return fmt.Errorf("scope %q: frame %s's records (versions %d..%d) were removed (base %d), yet GetFrame answered %v, %v", name, id, sp.First, sp.Last, base, fr, err)
+				}
+				st.FramesRemoved++
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("scope %q: GetFrame(%s): %w", name, id, err)
 			}
 			f := all.Frames[id].Clone()
+			if finished && sp.First <= base {
+				rec := frames.RecordOf(f)
+				f = frames.FromRecord(&rec)
+				st.FramesCut++
+			}
 			f.Children = nil // the live projection keeps no children lists
 			if d := verify.Diff(f, fr.Frame.Clone()); d != "" {
 				return fmt.Errorf("scope %q: frame %s (%s) differs from the replay: %s", name, id, f.Status, d)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -32,6 +33,9 @@ const (
 	EnvDir         = "STATEINDEX_CRASH_CHILD"
 	EnvIncarnation = "STATEINDEX_CRASH_INCARNATION"
 	EnvSeed        = "STATEINDEX_CRASH_SEED"
+	// EnvRetentionKill names the step of a retention pass at which the
+	// child kills itself (RetentionStages), once its storm is under way.
+	EnvRetentionKill = "STATEINDEX_CRASH_RETENTION_KILL"
 )
 
 // Readiness line the child prints once it has recovered and starts its
@@ -83,7 +87,8 @@ func quietSystem(log *slog.Logger) *actor.ActorSystem {
 func ChildMain(dir string) int {
 	inc, _ := strconv.Atoi(os.Getenv(EnvIncarnation))
 	seed, _ := strconv.ParseUint(os.Getenv(EnvSeed), 10, 64)
-	err := runChild(context.Background(), dir, inc, seed, os.Stdout, -1, true)
+	err := runChild(context.Background(), dir, inc, seed, os.Stdout, -1,
+		childOptions{probe: true, retention: true, killAt: os.Getenv(EnvRetentionKill)})
 	fmt.Fprintf(os.Stderr, "crash child: %v\n", err)
 	return 3
 }
@@ -95,19 +100,44 @@ func ChildMain(dir string) int {
 // ready, and then runs the storm: NumWorkers workers over NumScopes scopes,
 // until ctx ends or, if steps >= 0, each worker has made steps requests.
 func RunChild(ctx context.Context, dir string, incarnation int, seed uint64, ready io.Writer, steps int) error {
-	return runChild(ctx, dir, incarnation, seed, ready, steps, false)
+	return runChild(ctx, dir, incarnation, seed, ready, steps, childOptions{})
 }
 
-// runChild is RunChild; withProbe also keeps the probe file (ProbeFile)
-// up to date while the store is open.
-func runChild(ctx context.Context, dir string, incarnation int, seed uint64, ready io.Writer, steps int, withProbe bool) error {
+// childOptions: probe keeps the probe file (ProbeFile) up to date while
+// the store is open; retention runs retention passes (RetentionPolicy,
+// archives under ArchiveDir, RetentionServerConfig's short idempotency
+// horizon: one pass before the ready line, then passes back to back while
+// the storm runs, through a killStore); killAt is the retention step at which the child
+// SIGKILLs itself once ready (RetentionStages; "" for none).
+type childOptions struct {
+	probe, retention bool
+	killAt           string
+}
+
+// runChild is RunChild with opts.
+func runChild(ctx context.Context, dir string, incarnation int, seed uint64, ready io.Writer, steps int, opts childOptions) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var ks *killStore
+	if opts.retention {
+		ks = &killStore{stage: opts.killAt, out: ready}
+		eventstore.SetRemovalBatches(RemoveBatch, func() { ks.kill(StageRemoving, ks.removing.Load()) })
+		defer eventstore.SetRemovalBatches(0, nil)
+	}
 	store, err := eventstore.OpenWithRetry(filepath.Join(dir, DataFile), StoreOptions(), eventstore.DefaultRetryPolicy)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if withProbe {
+	var served eventstore.Store = store
+	cfg := Config(log)
+	if ks != nil {
+		ks.BoltStore = store
+		served = ks
+		cfg = RetentionServerConfig(log)
+	}
+	if opts.probe {
 		pctx, stop := context.WithCancel(ctx)
 		probed := make(chan error, 1)
 		go func() { probed <- probe(pctx, dir, store) }()
@@ -124,7 +154,7 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 	defer sl.Close()
 	sys := quietSystem(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	defer sys.Shutdown()
-	srv, err := actors.Start(sys, store, Config(log))
+	srv, err := actors.Start(sys, served, cfg)
 	if err != nil {
 		return err
 	}
@@ -134,7 +164,7 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 	// The requests in flight at the last kill, resent with their ids: each
 	// is answered with its original reply if it was committed, or applied
 	// now if it was not — exactly once either way.
-	w0 := &Storm{C: c, Log: sl, Prefix: fmt.Sprintf("i%d-r", incarnation), Tokens: side.Tokens()}
+	w0 := &Storm{C: c, Log: sl, Tokens: side.Tokens()}
 	for _, r := range side.InFlight() {
 		req, err := r.Request()
 		if err != nil {
@@ -153,11 +183,11 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 
 	// Workers: each resumes its scopes, as its actors' Started would.
 	var wg sync.WaitGroup
-	errs := make(chan error, NumWorkers)
+	errs := make(chan error, NumWorkers+1)
 	storms := make([]*Storm, NumWorkers)
 	views := make([][]*scope, NumWorkers)
 	for wi := range NumWorkers {
-		storms[wi] = &Storm{C: c, Log: sl, Prefix: fmt.Sprintf("i%d-w%d", incarnation, wi), Tokens: tokens}
+		storms[wi] = &Storm{C: c, Log: sl, Tokens: tokens}
 		for si := wi; si < NumScopes; si += NumWorkers {
 			s, err := storms[wi].Resume(ctx, ScopeName(si))
 			if err != nil {
@@ -165,6 +195,35 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 			}
 			views[wi] = append(views[wi], s)
 		}
+	}
+	stopPasses := func() {}
+	if ks != nil {
+		// A first pass finishes any removal the last kill interrupted.
+		if err := StartRetention(srv, dir); err != nil {
+			return err
+		}
+		if err := retentionPass(ctx, srv); err != nil {
+			return err
+		}
+		ks.armed.Store(opts.killAt != "")
+		rctx, stop := context.WithCancel(ctx)
+		passes := make(chan struct{})
+		stopPasses = func() { stop(); <-passes }
+		defer stopPasses()
+		go func() {
+			defer close(passes)
+			for rctx.Err() == nil {
+				if err := retentionPass(rctx, srv); err != nil {
+					errs <- err
+					cancel() // the storm stops: the child reports the error
+					return
+				}
+				select {
+				case <-rctx.Done():
+				case <-time.After(RetentionPause):
+				}
+			}
+		}()
 	}
 	if ready != nil {
 		fmt.Fprintln(ready, readyLine)
@@ -187,8 +246,13 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	return <-errs
+	stopPasses()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
 }
 
 // Populate runs a storm of steps requests per worker on the data file in

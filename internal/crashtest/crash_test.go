@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -49,10 +50,12 @@ func readLines(r *bufio.Reader, lines chan<- string, done chan<- struct{}) {
 	}
 }
 
-// TestCrash: SIGKILL a child in the middle of a write storm again and
-// again; after every kill, every acknowledged write is in the log, nothing
-// partial or unsent is, every chain, snapshot and signature verifies, and
-// recovery equals a full replay.
+// TestCrash: SIGKILL a child in the middle of a write storm and its
+// retention passes again and again; after every kill, every acknowledged
+// write is in the log or, removed by retention, in a verified archive that
+// chains to it, nothing partial or unsent is, nothing half removed is
+// visible, every chain, snapshot and signature verifies, and recovery
+// equals a full replay.
 func TestCrash(t *testing.T) {
 	seed := *seedFlag
 	if seed == 0 {
@@ -65,20 +68,39 @@ func TestCrash(t *testing.T) {
 	require.NoError(t, err)
 
 	var last crashtest.Stats
-	lost, inFlightCommitted, inFlightAbsent := 0, 0, 0
+	lost, inFlightCommitted, inFlightAbsent := 0, 0, 0 // in flight: resent after the restart and answered
 	killedBeforeReady := 0
 	var jt journalTally
+	var rt retentionTally
 	var base []crashtest.Segment // the journal's segments when the child starts
+	var prev crashtest.Stats     // the last check's
 	start := time.Now()
 	for cycle := 1; cycle <= *cycles; cycle++ {
 		if err := os.Remove(filepath.Join(dir, crashtest.ProbeFile)); err != nil && !os.IsNotExist(err) {
 			require.NoError(t, err)
 		}
+		// Kill at a random moment: now and then during recovery (before the
+		// child is ready), mostly somewhere in the storm; in a third of the
+		// storm cycles, the child kills itself at a step of a retention
+		// pass; in half the others, at the moment the child's probe shows
+		// a journal frame written, an application to bbolt or a segment
+		// recycled (a new generation on disk), a random while into the
+		// storm.
+		early := rng.IntN(5) == 0
+		target, aimed, stage := noTarget, "", ""
+		switch {
+		case early:
+		case rng.IntN(3) == 0:
+			stage = crashtest.RetentionStages[rng.IntN(len(crashtest.RetentionStages))]
+		case rng.IntN(2) == 0:
+			target = killTarget(1 + rng.IntN(3))
+		}
 		cmd := exec.Command(exe)
 		cmd.Env = append(os.Environ(),
 			crashtest.EnvDir+"="+dir,
 			crashtest.EnvIncarnation+"="+strconv.Itoa(cycle),
-			crashtest.EnvSeed+"="+strconv.FormatUint(seed, 10))
+			crashtest.EnvSeed+"="+strconv.FormatUint(seed, 10),
+			crashtest.EnvRetentionKill+"="+stage)
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		var stderr bytes.Buffer
@@ -93,19 +115,10 @@ func TestCrash(t *testing.T) {
 			exited <- cmd.Wait()
 		}()
 
-		// Kill at a random moment: now and then during recovery (before the
-		// child is ready), mostly somewhere in the storm; in half the storm
-		// cycles, at the moment the child's probe shows a journal frame
-		// written, an application to bbolt or a segment recycled (a new
-		// generation on disk), a random while into the storm.
 		var kill <-chan time.Time
 		var hit <-chan bool
 		stopWatch := make(chan struct{})
-		early := rng.IntN(5) == 0
-		target, aimed := noTarget, ""
-		if !early && rng.IntN(2) == 0 {
-			target = killTarget(1 + rng.IntN(3))
-		}
+		selfKilled := "" // the retention step the child killed itself at
 		if early {
 			kill = time.After(time.Duration(rng.IntN(400)) * time.Millisecond)
 		}
@@ -114,9 +127,15 @@ func TestCrash(t *testing.T) {
 		for {
 			select {
 			case l := <-lines:
+				if f := strings.Fields(l); len(f) == 3 && f[0] == "retention-kill" {
+					selfKilled = f[1] + " " + f[2]
+					continue
+				}
 				if !early && bytes.HasPrefix([]byte(l), []byte("ready")) {
 					d := time.Duration(20+rng.IntN(400)) * time.Millisecond
-					if target == noTarget {
+					if stage != "" {
+						kill = time.After(3 * time.Second) // if no pass reaches the step
+					} else if target == noTarget {
 						kill = time.After(d)
 					} else {
 						hit = watchProbe(dir, target, d/2, stopWatch)
@@ -133,13 +152,26 @@ func TestCrash(t *testing.T) {
 				}
 				break wait
 			case err := <-exited:
-				t.Fatalf("cycle %d: the child exited on its own (%v) before it was killed:\n%s", cycle, err, stderr.String())
+				// The line the child printed before it killed itself is read
+				// before its exit is seen.
+				for len(lines) > 0 {
+					if f := strings.Fields(<-lines); len(f) == 3 && f[0] == "retention-kill" {
+						selfKilled = f[1] + " " + f[2]
+					}
+				}
+				if selfKilled == "" {
+					t.Fatalf("cycle %d: the child exited on its own (%v) before it was killed:\n%s", cycle, err, stderr.String())
+				}
+				exited <- err
+				break wait
 			case <-readyTimeout:
 				_ = cmd.Process.Kill()
 				t.Fatalf("cycle %d: the child did not get ready in time:\n%s", cycle, stderr.String())
 			}
 		}
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		if selfKilled == "" {
+			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		}
 		close(stopWatch)
 		err = <-exited
 		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
@@ -160,7 +192,14 @@ func TestCrash(t *testing.T) {
 		st, err := crashtest.Check(t.Context(), dir, cycle)
 		require.NoError(t, err, "cycle %d (seed %d); child stderr:\n%s", cycle, seed, stderr.String())
 		require.Zero(t, st.Lost, "cycle %d: acknowledged writes lost", cycle)
-		t.Logf("cycle %d%s: %s", cycle, aimed, jt.add(probe, probed, base, segs, st))
+		if selfKilled != "" {
+			aimed = " (killed itself in a retention pass: " + selfKilled + ")"
+		} else if stage != "" {
+			aimed = fmt.Sprintf(" (waited 3 s for a retention pass's %q step in vain)", stage)
+		}
+		t.Logf("cycle %d%s: %s; %s", cycle, aimed, jt.add(probe, probed, base, segs, st),
+			rt.add(t, cycle, early, stage, selfKilled, prev, st))
+		prev = st
 		base, err = crashtest.Segments(dir)
 		require.NoError(t, err)
 		lost += st.Lost
@@ -176,6 +215,9 @@ func TestCrash(t *testing.T) {
 	jmsg := "crash: journal at the kills: " + jt.String()
 	t.Log(jmsg)
 	fmt.Println(jmsg)
+	rmsg := "crash: retention at the kills: " + rt.String(last)
+	t.Log(rmsg)
+	fmt.Println(rmsg)
 	require.Positive(t, last.Acked)
 	// The kills landed in a journal that was busy with all three.
 	require.Positive(t, jt.frames, "no journal frame was written before a kill")
@@ -183,6 +225,12 @@ func TestCrash(t *testing.T) {
 	require.Positive(t, jt.recycles, "no segment was recycled before a kill")
 	if *cycles >= 50 {
 		require.Positive(t, jt.replayedKills, "no kill left acknowledged records in the journal for the reopen to replay")
+		// Retention ran under the kills, and kills landed inside passes.
+		require.Positive(t, last.Removals, "no removal was recorded")
+		require.Positive(t, last.Compactions, "no context compaction was acknowledged")
+		require.Positive(t, last.AckedArchived, "no acknowledged write was removed to an archive")
+		require.Positive(t, rt.insidePass, "no kill landed inside a retention pass")
+		require.Positive(t, rt.unfinishedSeen, "no kill left a recorded removal unfinished")
 	}
 }
 
@@ -333,4 +381,82 @@ func (jt journalTally) String() string {
 		jt.replayedKills, jt.replayedRecords, jt.pendingAtKill, jt.tornKills,
 		targetFrame, jt.hits[targetFrame], jt.misses[targetFrame], targetApplication, jt.hits[targetApplication], jt.misses[targetApplication],
 		targetRecycle, jt.hits[targetRecycle], jt.misses[targetRecycle])
+}
+
+// retentionTally adds up what the kills did to retention passes.
+type retentionTally struct {
+	hits, misses   map[string]int // aimed kills: the step reached, or not within 3 s
+	insidePass     int            // kills that left a pass unfinished (aimed or not)
+	unfinishedSeen int            // recorded removals a kill left unfinished
+	finished       int            // of those, finished by the next child's first pass
+	newOrphans     int            // archives a kill left that no record names
+}
+
+// add checks and counts one kill's effect on retention: a kill at the
+// "applied" step leaves the scope's removal recorded and not carried out
+// (verify warned: Check requires it), one at "archived" an archive no
+// record names, one at "removing" the scope's base moved; every removal a
+// kill left unfinished is finished once the next child is ready (its first
+// pass runs before it says so).
+func (rt *retentionTally) add(t *testing.T, cycle int, early bool, stage, selfKilled string, prev, st crashtest.Stats) string {
+	if rt.hits == nil {
+		rt.hits, rt.misses = map[string]int{}, map[string]int{}
+	}
+	if stage != "" && selfKilled == "" {
+		rt.misses[stage]++
+	}
+	orphans := st.OrphanArchives - prev.OrphanArchives
+	if orphans > 0 {
+		rt.newOrphans += orphans
+	}
+	// A kill inside a pass: one that left a removal recorded and not
+	// carried out, or an archive no record names.
+	inside := orphans > 0
+	for scope, through := range st.Unfinished {
+		if prev.Unfinished[scope] != through {
+			inside = true
+			rt.unfinishedSeen++
+		}
+	}
+	if selfKilled != "" {
+		inside = true
+		f := strings.Fields(selfKilled)
+		step, scope := f[0], f[1]
+		rt.hits[step]++
+		switch step {
+		case crashtest.StageApplied:
+			require.Contains(t, st.Unfinished, scope, "cycle %d: killed after the removal was recorded, yet no unfinished removal of %q", cycle, scope)
+		case crashtest.StageArchived:
+			require.Positive(t, st.Orphans[scope], "cycle %d: killed after the archive was written, yet no new orphan archive of %q", cycle, scope)
+		case crashtest.StageRemoving:
+			require.Greater(t, st.Bases[scope], prev.Bases[scope], "cycle %d: killed between removal transactions, yet the base of %q did not move", cycle, scope)
+			require.NotContains(t, st.Unfinished, scope, "cycle %d: the first removal transaction sets the base", cycle)
+		}
+	}
+	if inside {
+		rt.insidePass++
+	}
+	if !early {
+		for scope, through := range prev.Unfinished {
+			require.GreaterOrEqual(t, st.Bases[scope], through, "cycle %d: the removal of %q through %d the last kill interrupted was not finished by the next pass", cycle, scope, through)
+			rt.finished++
+		}
+	}
+	return fmt.Sprintf("retention: %d removals recorded (%d unfinished), %d records removed, %d archives (%d no record names), "+
+		"%d acknowledged writes found in archives, %d resends refused as expired (%d of them had committed), GetFrame: %d frames removed, %d cut",
+		st.Removals, len(st.Unfinished), st.RemovedRecords, st.Archives, st.OrphanArchives, st.AckedArchived, st.ExpiredResends, st.ExpiredCommitted,
+		st.FramesRemoved, st.FramesCut)
+}
+
+func (rt retentionTally) String(last crashtest.Stats) string {
+	var aimed []string
+	for _, s := range crashtest.RetentionStages {
+		aimed = append(aimed, fmt.Sprintf("%s %d (%d missed)", s, rt.hits[s], rt.misses[s]))
+	}
+	return fmt.Sprintf("after the last kill %d context compactions acknowledged, %d removals recorded, %d records removed from the store, %d archives verified (%d that no record names, %d half written), "+
+		"%d acknowledged writes found in archives; %d kills landed inside a pass (aimed at a step: %s); "+
+		"%d removals left recorded and unfinished, %d of them checked finished by the next child's first pass; %d orphan archives left by kills; "+
+		"%d resends refused as older than the horizon (%d of them had committed before the kill; none applied twice)",
+		last.Compactions, last.Removals, last.RemovedRecords, last.Archives, last.OrphanArchives, last.PartialArchives, last.AckedArchived,
+		rt.insidePass, strings.Join(aimed, ", "), rt.unfinishedSeen, rt.finished, rt.newOrphans, last.ExpiredResends, last.ExpiredCommitted)
 }

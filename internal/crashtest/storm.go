@@ -5,6 +5,9 @@
 // random moments, restarts it, and checks the data file against the side
 // file (Check). The child resends the request each scope had in flight,
 // with the same request id, before it goes on — as a real agent would.
+// The child also runs retention passes that remove finished runs to
+// archives (retention.go); the checker then finds those writes in the
+// archives (history.go).
 //
 // A SIGKILL leaves the page cache intact, so this cannot catch a missing
 // fsync: the held-commit test in package actors (no reply leaves before the
@@ -147,13 +150,14 @@ func (s *scope) liveChildren(id string) int {
 }
 
 // Storm drives a StateIndex with random valid requests on its scopes.
+// Request ids are minted as the Client mints them (actors.NewRequestID: a
+// UUIDv7 carrying its first-send time), so that a resend older than the
+// idempotency horizon is refused as expired, never applied twice.
 type Storm struct {
-	C      *actors.Client
-	Log    *SideLog
-	Prefix string // request id prefix, unique per process
+	C   *actors.Client
+	Log *SideLog
 	// Tokens known from earlier runs (side file), by scope and frame.
 	Tokens map[string]map[string]string
-	n      int
 }
 
 // errRefused marks a request the server refused with a domain error.
@@ -165,8 +169,7 @@ func (w *Storm) send(ctx context.Context, req messages.Request) (messages.Reply,
 	var id, scopeName string
 	if r, ok := req.(messages.MutatingRequest); ok { // ResumeActor too: it appends
 		if r.Mut().RequestID == "" {
-			w.n++
-			r.Mut().RequestID = fmt.Sprintf("%s-%d", w.Prefix, w.n)
+			r.Mut().RequestID = actors.NewRequestID()
 		}
 		id, scopeName = r.Mut().RequestID, r.Mut().Scope
 	}
@@ -352,6 +355,12 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 			return w.addHandle(ctx, rng, s, f)
 		case 3:
 			return w.update(ctx, rng, s, f)
+		case 4:
+			if f.handles >= 2 {
+				// A parent's context outgrows its budget while children work.
+				return w.compact(ctx, rng, s, f)
+			}
+			return w.read(ctx, rng, s, f)
 		default:
 			return w.read(ctx, rng, s, f)
 		}
@@ -410,17 +419,7 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		f.status, f.token = frames.StatusSuspended, r.(*messages.SuspensionToken).Token
 		return nil
 	case op < 18 && f.handles >= 2:
-		r, err := w.send(ctx, &messages.CompactContext{Header: mut(s), FrameID: f.id, TargetTokens: int64(rng.IntN(200)),
-			Strategy: messages.Strategy{Kind: []string{messages.StrategyPriorityBased, messages.StrategySummarizeOldest}[rng.IntN(2)], KeepRecent: 1}})
-		if err != nil {
-			return err
-		}
-		c := r.(*messages.CompactionResult)
-		f.handles -= len(c.Removed)
-		if c.SummaryID != "" {
-			f.handles++
-		}
-		return nil
+		return w.compact(ctx, rng, s, f)
 	case op < 20:
 		return w.pop(ctx, rng, s, f, s.liveChildren(f.id) > 0)
 	default:
@@ -444,6 +443,20 @@ func (w *Storm) addHandle(ctx context.Context, rng *rand.Rand, s *scope, f *mfra
 		f.handles++
 	}
 	return err
+}
+
+func (w *Storm) compact(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {
+	r, err := w.send(ctx, &messages.CompactContext{Header: mut(s), FrameID: f.id, TargetTokens: int64(rng.IntN(200)),
+		Strategy: messages.Strategy{Kind: []string{messages.StrategyPriorityBased, messages.StrategySummarizeOldest}[rng.IntN(2)], KeepRecent: 1}})
+	if err != nil {
+		return err
+	}
+	c := r.(*messages.CompactionResult)
+	f.handles -= len(c.Removed)
+	if c.SummaryID != "" {
+		f.handles++
+	}
+	return nil
 }
 
 func (w *Storm) update(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {

@@ -149,8 +149,8 @@ func (k *killStore) AppendAsync(ctx context.Context, stream string, expected int
 	k.BoltStore.AppendAsync(ctx, stream, expected, events, done)
 }
 
-func (k *killStore) RemovePrefix(ctx context.Context, stream string, through int64) (eventstore.RemoveResult, error) {
+func (k *killStore) RemovePrefix(ctx context.Context, stream string, through int64, opts ...eventstore.RemoveOption) (eventstore.RemoveResult, error) {
 	k.kill(StageApplied, stream)
 	k.removing.Store(stream)
-	return k.BoltStore.RemovePrefix(ctx, stream, through)
+	return k.BoltStore.RemovePrefix(ctx, stream, through, opts...)
 }

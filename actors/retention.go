@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -233,12 +235,23 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 		Through: plan.Through, Hash: hash, Runs: int64(len(plan.Removed)), Why: plan.Why}
 	if p.OnCompletion == frames.CompletionArchive {
 		// Written and synced before the removal is recorded: a crash after
-		// this leaves an archive the next pass writes again, in place.
+		// this leaves an archive the next pass writes again, in place, or
+		// replaces by one of another range (removed below).
 		path, digest, err := eventstore.WriteArchive(ctx, r.store, scope, base+1, plan.Through, dir)
 		if err != nil {
 			return sr, fmt.Errorf("archive: %w", err)
 		}
 		req.Archive, req.ArchiveSHA256, sr.Archive = path, digest, path
+		// An archive that starts at base+1 and is not this one was written
+		// by a pass a crash stopped before it recorded the removal: no
+		// removal names it, and it would duplicate this one's records.
+		if orphans, err := filepath.Glob(filepath.Join(filepath.Dir(path), strconv.FormatInt(base+1, 10)+"-*.jsonl")); err == nil {
+			for _, o := range orphans {
+				if o != path {
+					_ = os.Remove(o)
+				}
+			}
+		}
 	}
 	if _, err := r.c.ApplyRetention(ctx, req); err != nil {
 		return sr, fmt.Errorf("recording the removal: %w", err)

@@ -1,6 +1,8 @@
 package actors_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -158,4 +160,29 @@ func TestRetentionFinishesARecordedRemoval(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(10), base.Version)
 	require.NoError(t, e.store.Verify(ctx, nil))
+}
+
+// An archive a crashed pass wrote and never recorded (it starts where the
+// stored history starts) is replaced, not left beside the new one.
+func TestRetentionReplacesAnOrphanArchive(t *testing.T) {
+	e := newEnv(t, func(c *actors.Config) { c.RequestHorizon = time.Minute; c.ClockSkew = time.Second })
+	const scope = "orphan"
+	h := messages.Header{Scope: scope}
+	root, err := e.c.PushFrame(ctx, &messages.PushFrame{Header: h, Goal: "chat", Budget: budget.TokenBudget{Total: 1_000_000}})
+	require.NoError(t, err)
+	for i := range 6 {
+		runChild(t, e.c, scope, root.FrameID, i)
+	}
+	e.clock.Advance(time.Hour)
+	dir := t.TempDir()
+	orphan := eventstore.ArchivePath(dir, scope, 1, 3)
+	require.NoError(t, os.MkdirAll(filepath.Dir(orphan), 0o700))
+	require.NoError(t, os.WriteFile(orphan, []byte("a crashed pass's archive\n"), 0o600))
+	rep := retain(t, e, frames.RetentionPolicy{KeepLastN: 2, OnCompletion: frames.CompletionArchive}, dir)
+	require.Len(t, rep.Scopes, 1)
+	require.NotEqual(t, orphan, rep.Scopes[0].Archive)
+	assert.NoFileExists(t, orphan)
+	files, err := filepath.Glob(filepath.Join(dir, scope, "*.jsonl"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{rep.Scopes[0].Archive}, files, "one archive: the one the removal names")
 }

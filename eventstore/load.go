@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -103,18 +104,46 @@ func replay(ctx context.Context, store Store, st *frames.State, info *LoadInfo) 
 // packs need no I/O.
 func resolveContent(ctx context.Context, store Store, st *frames.State) error {
 	need := st.UnresolvedContent()
-	found := make(map[string]string, len(need))
+	if len(need) == 0 {
+		return nil
+	}
+	// One walk over the range the needed records lie in: a record read
+	// on its own costs a transaction and a chain check each.
+	want := make(map[int64][]string, len(need))
+	lo, hi := need[0].Version, need[0].Version
 	for _, n := range need {
-		ev, err := readOne(ctx, store, st.Scope, n.Version)
+		want[n.Version] = append(want[n.Version], n.Hash)
+		lo, hi = min(lo, n.Version), max(hi, n.Version)
+	}
+	found := make(map[string]string, len(need))
+	err := store.ReadStream(ctx, st.Scope, lo, func(r Record) error {
+		if r.Version > hi {
+			return errStopRead
+		}
+		hashes, ok := want[r.Version]
+		if !ok {
+			return nil
+		}
+		ev, err := DecodeFrameEvent(r)
 		if err != nil {
 			return err
 		}
-		content, ok := frames.ContentOf(ev, n.Hash)
-		if !ok {
-			return &CorruptionError{Stream: st.Scope, Version: n.Version,
-				Reason: fmt.Sprintf("the state refers to content %s stored here, the record (%s) does not hold it", n.Hash, ev.EventType())}
+		for _, h := range hashes {
+			content, ok := frames.ContentOf(ev, h)
+			if !ok {
+				return &CorruptionError{Stream: st.Scope, Version: r.Version,
+					Reason: fmt.Sprintf("the state refers to content %s stored here, the record (%s) does not hold it", h, ev.EventType())}
+			}
+			found[h] = content
 		}
-		found[n.Hash] = content
+		delete(want, r.Version)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopRead) {
+		return err
+	}
+	for v := range want {
+		return &CorruptionError{Stream: st.Scope, Version: v, Reason: "the state refers to content stored in a record that is not there"}
 	}
 	if err := st.ResolveContent(found); err != nil {
 		return &CorruptionError{Stream: st.Scope, Version: st.Version, Reason: err.Error()}

@@ -105,6 +105,10 @@ func replay(ctx context.Context, store Store, st *frames.State, info *LoadInfo) 
 func resolveContent(ctx context.Context, store Store, st *frames.State) error {
 	need := st.UnresolvedContent()
 	if len(need) == 0 {
+		// Handles may still wait for content a replayed record brought.
+		if err := st.ResolveContent(nil); err != nil {
+			return &CorruptionError{Stream: st.Scope, Version: st.Version, Reason: err.Error()}
+		}
 		return nil
 	}
 	// One walk over the range the needed records lie in: a record read

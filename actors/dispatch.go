@@ -293,7 +293,17 @@ func init() {
 					CallHandleID: e.CallHandle.ID, ResultHandleID: e.ResultHandle.ID, Tokens: e.CallHandle.Tokens + e.ResultHandle.Tokens}, nil
 			}),
 
-		messages.OpAssembleContextPack: read((*handler).assemble),
+		// A pack of a finished frame is assembled from it and its
+		// ancestors as the log has them (read off the shard).
+		messages.OpAssembleContextPack: readOrJob(func(h *handler, st *frames.State, r *messages.AssembleContextPack) outcome {
+			var fin *frames.FinishedError
+			if _, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID); errors.As(err, &fin) {
+				return h.finishedJob(r, st, fin.ID, true, func(path []*frames.Frame) messages.Reply {
+					return h.assemble(frames.HistoricView(st, path), r)
+				})
+			}
+			return replied(h.assemble(st, r))
+		}),
 
 		messages.OpSuspendFrame: mutation(
 			func(h *handler, st *frames.State, r *messages.SuspendFrame, hdr frames.Header) (frames.Command, error) {

@@ -70,6 +70,11 @@ func TestFinishedFramesAnswerFromTheLog(t *testing.T) {
 			require.NoError(t, err)
 			assert.Empty(t, bare.Frame.Handles)
 
+			pack, err := e.c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: h, FrameID: id, BudgetTokens: 4000})
+			require.NoError(t, err, "%s: a pack of a finished frame", when)
+			assert.Len(t, pack.Segments, 2, when)
+			assert.Len(t, pack.Breadcrumbs, 2, "%s: the root and the frame", when)
+
 			stack, err := e.c.GetStack(ctx, &messages.GetStack{Header: h, FrameID: id})
 			require.NoError(t, err, when)
 			require.Len(t, stack.Frames, 2, when)

@@ -159,3 +159,18 @@ func FromRecord(r *FrameRecord) *Frame {
 		Limits: r.Limits, Cost: r.Cost, Results: append([]ResultRef(nil), r.Results...), Kids: r.Kids,
 		CreatedAt: r.CreatedAt, CompletedAt: r.CompletedAt, PushSeq: r.PushSeq, ContextHash: r.ContextHash, ContextTokens: r.ContextTokens}
 }
+
+// HistoricView is a read-only state that holds path — a frame and its
+// ancestors, root first, some of them finished (read back from the log) —
+// as of live's version, so that reads written against a State (a pack, a
+// stack) answer for a finished frame as they did while it was live. Never
+// decide or apply anything on it.
+func HistoricView(live *State, path []*Frame) *State {
+	v := &State{Scope: live.Scope, Version: live.Version, Frames: make(map[string]*Frame, len(path)), Tokens: map[string]*TokenRecord{},
+		Horizon: live.Horizon, Skew: live.Skew, LastAt: live.LastAt, KeepFinished: true}
+	for _, f := range path {
+		v.Frames[f.ID] = f
+		v.Order = append(v.Order, f.ID)
+	}
+	return v
+}

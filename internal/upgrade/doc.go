@@ -16,6 +16,11 @@
 // bbolt plus a journal segment holding acknowledged records bbolt lacks;
 // the first open must replay them (TestJournalFixtureReplays).
 //
+// testdata/v3 is the release of issue 11 (the store's per-stream index and
+// stream bases, snapshot format 4, finished frames' records on
+// frame.popped, content stored once), written the same way: the fixture
+// the next release must open.
+//
 // A fixture is never regenerated once its release is out: a release that
 // changes a format adds a directory (testdata/v2, ...) and the test runs
 // every one. The manifest's records (Step, Reply) are this package's own,

@@ -27,6 +27,20 @@ func retain(t *testing.T, e *env, p frames.RetentionPolicy, dir string) actors.R
 	return rep
 }
 
+// chatEnv is a server whose idempotency horizon is a minute, with a scope
+// that has a live root and runs finished children, an hour ago.
+func chatEnv(t *testing.T, scope string, runs int) (*env, string) {
+	t.Helper()
+	e := newEnv(t, func(c *actors.Config) { c.RequestHorizon = time.Minute; c.ClockSkew = time.Second })
+	root, err := e.c.PushFrame(ctx, &messages.PushFrame{Header: messages.Header{Scope: scope}, Goal: "chat", Budget: budget.TokenBudget{Total: 1_000_000}})
+	require.NoError(t, err)
+	for i := range runs {
+		runChild(t, e.c, scope, root.FrameID, i)
+	}
+	e.clock.Advance(time.Hour)
+	return e, root.FrameID
+}
+
 // A retention pass keeps the last N runs and removes the rest: the removal
 // is recorded in the scope, the records leave the store, an archive holds
 // them and verifies, the live root and the kept runs answer as before, and
@@ -124,15 +138,9 @@ func TestRetentionKeepsTheIdempotencyHorizon(t *testing.T) {
 // A removal recorded but not carried out (a crash between the two) is
 // finished by the next pass.
 func TestRetentionFinishesARecordedRemoval(t *testing.T) {
-	e := newEnv(t, func(c *actors.Config) { c.RequestHorizon = time.Minute; c.ClockSkew = time.Second })
 	const scope = "crashy"
 	h := messages.Header{Scope: scope}
-	root, err := e.c.PushFrame(ctx, &messages.PushFrame{Header: h, Goal: "chat", Budget: budget.TokenBudget{Total: 1_000_000}})
-	require.NoError(t, err)
-	for i := range 4 {
-		runChild(t, e.c, scope, root.FrameID, i)
-	}
-	e.clock.Advance(time.Hour)
+	e, _ := chatEnv(t, scope, 4)
 	// Record a removal through version 10 the way a pass does, without
 	// removing anything (what a crash right after it leaves).
 	var hash string
@@ -165,15 +173,8 @@ func TestRetentionFinishesARecordedRemoval(t *testing.T) {
 // An archive a crashed pass wrote and never recorded (it starts where the
 // stored history starts) is replaced, not left beside the new one.
 func TestRetentionReplacesAnOrphanArchive(t *testing.T) {
-	e := newEnv(t, func(c *actors.Config) { c.RequestHorizon = time.Minute; c.ClockSkew = time.Second })
 	const scope = "orphan"
-	h := messages.Header{Scope: scope}
-	root, err := e.c.PushFrame(ctx, &messages.PushFrame{Header: h, Goal: "chat", Budget: budget.TokenBudget{Total: 1_000_000}})
-	require.NoError(t, err)
-	for i := range 6 {
-		runChild(t, e.c, scope, root.FrameID, i)
-	}
-	e.clock.Advance(time.Hour)
+	e, _ := chatEnv(t, scope, 6)
 	dir := t.TempDir()
 	orphan := eventstore.ArchivePath(dir, scope, 1, 3)
 	require.NoError(t, os.MkdirAll(filepath.Dir(orphan), 0o700))

@@ -53,6 +53,14 @@ type ScopeRetention struct {
 	// are the live frames the destroy cancelled.
 	Expired   bool
 	Cancelled []string
+
+	batched bool // recorded; its records are removed with the pass's others
+}
+
+// batchRemover is a store that removes several streams' prefixes in shared
+// transactions (*eventstore.BoltStore).
+type batchRemover interface {
+	RemovePrefixes(ctx context.Context, cuts map[string]int64) (map[string]eventstore.RemoveResult, map[string]error, error)
 }
 
 // RetentionReport is what a pass did.
@@ -190,6 +198,7 @@ func (r *retainer) pass(ctx context.Context) RetentionReport {
 			rep.Scopes = append(rep.Scopes, sr)
 		}
 	}
+	r.removeBatched(ctx, &rep)
 	rep.Elapsed = time.Since(start)
 	return rep
 }
@@ -256,13 +265,48 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 	if _, err := r.c.ApplyRetention(ctx, req); err != nil {
 		return sr, fmt.Errorf("recording the removal: %w", err)
 	}
+	sr.Through, sr.Runs, sr.Kept, sr.Why = plan.Through, len(plan.Removed), plan.Kept, plan.Why
+	if _, ok := r.store.(batchRemover); ok {
+		sr.batched = true // removed with the pass's other scopes, in shared transactions
+		return sr, nil
+	}
 	res, err := r.store.RemovePrefix(ctx, scope, plan.Through)
 	sr.Removed += res.Removed
-	if err != nil {
-		return sr, err
+	return sr, err
+}
+
+// removeBatched removes the records of the removals the pass recorded for
+// several scopes at once (one synced commit for all of them, not one per
+// scope); a removal it cannot carry out stays recorded for the next pass.
+func (r *retainer) removeBatched(ctx context.Context, rep *RetentionReport) {
+	br, ok := r.store.(batchRemover)
+	if !ok {
+		return
 	}
-	sr.Through, sr.Runs, sr.Kept, sr.Why = plan.Through, len(plan.Removed), plan.Kept, plan.Why
-	return sr, nil
+	cuts := map[string]int64{}
+	for _, sr := range rep.Scopes {
+		if sr.batched {
+			cuts[sr.Scope] = sr.Through
+		}
+	}
+	if len(cuts) == 0 {
+		return
+	}
+	res, errs, err := br.RemovePrefixes(ctx, cuts)
+	if err != nil {
+		rep.Errors = append(rep.Errors, fmt.Errorf("removing the recorded history of %d scope(s): %w (the next pass finishes it)", len(cuts), err))
+	}
+	for i := range rep.Scopes {
+		sr := &rep.Scopes[i]
+		if !sr.batched {
+			continue
+		}
+		sr.batched = false
+		sr.Removed += res[sr.Scope].Removed
+		if e := errs[sr.Scope]; e != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("scope %q: %w", sr.Scope, e))
+		}
+	}
 }
 
 // finishRecorded carries out the removal a scope records and the store

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -169,99 +170,24 @@ func (s *BoltStore) RemovePrefix(ctx context.Context, stream string, through int
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		done := false
-		var n int64
+		var st removeStep
 		err := s.update(func(tx *bolt.Tx) error {
 			bk, err := openBuckets(tx)
 			if err != nil {
 				return err
 			}
-			src := newBoltSource(bk, stream)
-			base, err := src.base()
-			if err != nil {
-				return err
-			}
-			res.Base = base
-			if first && through > base.Version {
-				head, _, ok, err := src.head()
-				if err != nil {
-					return err
-				}
-				if !ok || through > head {
-					return fmt.Errorf("%w: remove through %d, the stream's head is %d", ErrInvalidSnapshotVersion, through, head)
-				}
-				sv, ok := bk.snaps.Get(src.key), false
-				if sv != nil {
-					var f snapshotFields
-					if parseSnapshot(sv, &f) == nil && f.version >= through {
-						ok = true
-					}
-				}
-				if !ok {
-					return fmt.Errorf("%w: stream %q, through %d", ErrSnapshotBehind, stream, through)
-				}
-				raw, ok, err := src.get(through)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					return corrupt(stream, through, "record is missing")
-				}
-				old := base
-				base = Base{Version: through, Hash: Hash(sha256.Sum256(raw))}
-				if err := bk.bases.Put(src.key, appendBase(nil, base)); err != nil {
-					return err
-				}
-				at := func(v int64) int64 {
-					raw, ok, err := src.get(v)
-					var f recordFields
-					if err != nil || !ok || parseRecord(raw, &f) != nil {
-						return 0
-					}
-					return metaAt(f.data)
-				}
-				if err := dropIndexPrefix(bk, stream, through, func(k []byte, sp Span) bool { return o.keeps(k, sp, old, through, at) }); err != nil {
-					return err
-				}
-				res.Base = base
-			}
-			if src.b == nil {
-				done = true
-				return nil
-			}
-			// Delete up to removeBatch records at or below the base.
-			var k8 [8]byte
-			c := src.b.Cursor()
-			for k, v := c.First(); k != nil && n < removeBatch; k, v = c.First() {
-				if len(k) != 8 || int64(binary.BigEndian.Uint64(k)) > base.Version {
-					break
-				}
-				var f recordFields
-				if err := parseRecord(v, &f); err != nil {
-					return recordDecodeError(stream, int64(binary.BigEndian.Uint64(k)), err)
-				}
-				if err := bk.seq.Delete(u64key(&k8, f.seq)); err != nil {
-					return err
-				}
-				if err := c.Delete(); err != nil {
-					return err
-				}
-				n++
-			}
-			if n > 0 {
-				if err := bk.meta.Put(keyRemovedSeq, binary.BigEndian.AppendUint64(nil, readRemovedSeq(bk.meta)+uint64(n))); err != nil {
-					return err
-				}
-			}
-			done = n < removeBatch
-			return nil
+			st, err = removeIn(bk, stream, through, first, o, removeBatch)
+			return err
 		})
+		if st.base != nil {
+			res.Base = *st.base
+		}
 		if err != nil {
 			return res, err
 		}
 		first = false
-		res.Removed += n
-		if done {
+		res.Removed += st.n
+		if st.done {
 			return res, nil
 		}
 		if removeInterrupt != nil {
@@ -270,6 +196,195 @@ func (s *BoltStore) RemovePrefix(ctx context.Context, stream string, through int
 			}
 		}
 	}
+}
+
+// removeStep is what one transaction did to one stream.
+type removeStep struct {
+	base *Base // the stream's base after it
+	n    int64 // records deleted
+	done bool  // nothing left at or below the base
+}
+
+// removeIn does one transaction's share of a removal: the first sets the
+// base (after checking the cut against the head and the snapshot) and
+// drops the index entries only removed records named; each deletes up to
+// budget records at or below the base.
+func removeIn(bk *buckets, stream string, through int64, first bool, o removeOptions, budget int64) (removeStep, error) {
+	var st removeStep
+	src := newBoltSource(bk, stream)
+	base, err := src.base()
+	if err != nil {
+		return st, err
+	}
+	st.base = &base
+	if first && through > base.Version {
+		head, _, ok, err := src.head()
+		if err != nil {
+			return st, err
+		}
+		if !ok || through > head {
+			return st, fmt.Errorf("%w: remove through %d, the stream's head is %d", ErrInvalidSnapshotVersion, through, head)
+		}
+		sv, ok := bk.snaps.Get(src.key), false
+		if sv != nil {
+			var f snapshotFields
+			if parseSnapshot(sv, &f) == nil && f.version >= through {
+				ok = true
+			}
+		}
+		if !ok {
+			return st, fmt.Errorf("%w: stream %q, through %d", ErrSnapshotBehind, stream, through)
+		}
+		raw, ok, err := src.get(through)
+		if err != nil {
+			return st, err
+		}
+		if !ok {
+			return st, corrupt(stream, through, "record is missing")
+		}
+		old := base
+		base = Base{Version: through, Hash: Hash(sha256.Sum256(raw))}
+		if err := bk.bases.Put(src.key, appendBase(nil, base)); err != nil {
+			return st, err
+		}
+		at := func(v int64) int64 {
+			raw, ok, err := src.get(v)
+			var f recordFields
+			if err != nil || !ok || parseRecord(raw, &f) != nil {
+				return 0
+			}
+			return metaAt(f.data)
+		}
+		if err := dropIndexPrefix(bk, stream, through, func(k []byte, sp Span) bool { return o.keeps(k, sp, old, through, at) }); err != nil {
+			return st, err
+		}
+		st.base = &base
+	}
+	if src.b == nil {
+		st.done = true
+		return st, nil
+	}
+	// Delete up to budget records at or below the base.
+	var k8 [8]byte
+	c := src.b.Cursor()
+	for k, v := c.First(); k != nil && st.n < budget; k, v = c.First() {
+		if len(k) != 8 || int64(binary.BigEndian.Uint64(k)) > base.Version {
+			break
+		}
+		var f recordFields
+		if err := parseRecord(v, &f); err != nil {
+			return st, recordDecodeError(stream, int64(binary.BigEndian.Uint64(k)), err)
+		}
+		if err := bk.seq.Delete(u64key(&k8, f.seq)); err != nil {
+			return st, err
+		}
+		if err := c.Delete(); err != nil {
+			return st, err
+		}
+		st.n++
+	}
+	if st.n > 0 {
+		if err := bk.meta.Put(keyRemovedSeq, binary.BigEndian.AppendUint64(nil, readRemovedSeq(bk.meta)+uint64(st.n))); err != nil {
+			return st, err
+		}
+	}
+	st.done = st.n < budget
+	return st, nil
+}
+
+// RemovePrefixes is RemovePrefix for several streams at once (a retention
+// pass): their first steps share one transaction, and the deletions share
+// transactions of at most removeBatch records, so a pass over many scopes
+// costs one synced commit, not one per scope. cuts maps each stream to its
+// through. It stops at the first error, naming the stream; what earlier
+// transactions did stays done (every removal is recorded first, and the
+// next pass finishes it).
+//
+// A stream whose cut is refused before anything is written (beyond its
+// head, or no snapshot covers it) is left out, its error in errs; the
+// others go on.
+func (s *BoltStore) RemovePrefixes(ctx context.Context, cuts map[string]int64) (out map[string]RemoveResult, errs map[string]error, err error) {
+	out, errs = make(map[string]RemoveResult, len(cuts)), map[string]error{}
+	streams := make([]string, 0, len(cuts))
+	flush := false
+	for stream, through := range cuts {
+		if err := checkStream(stream); err != nil {
+			return out, errs, err
+		}
+		if through < 1 {
+			return out, errs, fmt.Errorf("%w: remove through version %d", ErrInvalidSnapshotVersion, through)
+		}
+		if over := s.over.stream(stream); len(over) > 0 && over[0].version <= through {
+			flush = true
+		}
+		streams = append(streams, stream)
+	}
+	sort.Strings(streams)
+	if s.failed.Load() != nil {
+		return out, errs, ErrWritesDisabled
+	}
+	if flush {
+		if err := s.Flush(ctx); err != nil {
+			return out, errs, err
+		}
+	}
+	pending := streams
+	first := true
+	for len(pending) > 0 {
+		if err := ctx.Err(); err != nil {
+			return out, errs, err
+		}
+		var next []string
+		refused := map[string]error{}
+		err := s.update(func(tx *bolt.Tx) error {
+			bk, err := openBuckets(tx)
+			if err != nil {
+				return err
+			}
+			next = next[:0]
+			budget := removeBatch
+			for i, stream := range pending {
+				if budget <= 0 && !first {
+					next = append(next, pending[i:]...)
+					break
+				}
+				st, err := removeIn(bk, stream, cuts[stream], first, removeOptions{}, max(budget, 0))
+				if err != nil && first && (errors.Is(err, ErrSnapshotBehind) || errors.Is(err, ErrInvalidSnapshotVersion)) {
+					refused[stream] = err // refused before it wrote anything
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("stream %q: %w", stream, err)
+				}
+				r := out[stream]
+				if st.base != nil {
+					r.Base = *st.base
+				}
+				r.Removed += st.n
+				out[stream] = r
+				budget -= st.n
+				if !st.done {
+					next = append(next, stream)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return out, errs, err
+		}
+		for stream, e := range refused {
+			errs[stream] = e
+			delete(out, stream)
+		}
+		first = false
+		pending = next
+		if len(pending) > 0 && removeInterrupt != nil {
+			if err := removeInterrupt(); err != nil {
+				return out, errs, err
+			}
+		}
+	}
+	return out, errs, nil
 }
 
 // dropIndexPrefix removes the index entries of the removed prefix: every

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
@@ -58,4 +59,36 @@ func TestRemovePrefixVerifiesAndResumes(t *testing.T) {
 	require.ErrorIs(t, err, eventstore.ErrCorrupt)
 	require.Contains(t, streams, "a")
 	require.Error(t, s.ReadStream(ctx, "a", 1, func(eventstore.Record) error { return nil }), "the chain check catches it on read too")
+}
+
+// RemovePrefixes removes several streams' prefixes in shared transactions,
+// with the same outcome as one RemovePrefix each; a stream whose cut is
+// refused (no snapshot covers it) is left whole and named, the others go on.
+func TestRemovePrefixesBatches(t *testing.T) {
+	ctx := context.Background()
+	path := tempPath(t)
+	s := openAt(t, path, &eventstore.Options{NoSync: true, JournalOff: true})
+	defer s.Close()
+	for _, st := range []string{"a", "b", "c"} {
+		appendFrames(t, s, st, 0, 30)
+		if st != "c" {
+			require.NoError(t, s.SaveSnapshot(ctx, st, eventstore.Snapshot{Version: 30, Format: 1, Data: []byte("x")}))
+		}
+	}
+	txs := 0
+	eventstore.SetRemovalBatches(7, func() { txs++ }) // small transactions: the deletions span several
+	defer eventstore.SetRemovalBatches(0, nil)
+	res, errs, err := s.RemovePrefixes(ctx, map[string]int64{"a": 12, "b": 20, "c": 5})
+	require.NoError(t, err)
+	require.Len(t, errs, 1)
+	require.ErrorIs(t, errs["c"], eventstore.ErrSnapshotBehind)
+	assert.Equal(t, int64(12), res["a"].Removed)
+	assert.Equal(t, int64(20), res["b"].Removed)
+	assert.Equal(t, int64(20), res["b"].Base.Version)
+	for st, want := range map[string]int64{"a": 13, "b": 21, "c": 1} {
+		recs := records(t, s, st)
+		require.Equal(t, want, recs[0].Version, st)
+	}
+	assert.Equal(t, 4, txs, "32 records in transactions of 7: five, the four between them interruptible")
+	require.NoError(t, s.Verify(ctx, nil))
 }

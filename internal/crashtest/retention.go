@@ -154,3 +154,14 @@ func (k *killStore) RemovePrefix(ctx context.Context, stream string, through int
 	k.removing.Store(stream)
 	return k.BoltStore.RemovePrefix(ctx, stream, through, opts...)
 }
+
+// RemovePrefixes is the retention pass's batched removal: the same kill
+// points as RemovePrefix, for the first scope of the batch.
+func (k *killStore) RemovePrefixes(ctx context.Context, cuts map[string]int64) (map[string]eventstore.RemoveResult, map[string]error, error) {
+	for stream := range cuts {
+		k.kill(StageApplied, stream)
+		k.removing.Store(stream)
+		break
+	}
+	return k.BoltStore.RemovePrefixes(ctx, cuts)
+}

@@ -473,20 +473,14 @@ func init() {
 
 // recordHash is the hex hash of a scope's record at version.
 func recordHash(store eventstore.Store, scope string, version int64) (string, error) {
-	var got string
-	err := store.ReadStream(context.Background(), scope, version, func(rec eventstore.Record) error {
-		if rec.Version == version {
-			got = hex.EncodeToString(rec.Hash[:])
-		}
-		return errStop
-	})
-	if err != nil && !errors.Is(err, errStop) {
+	rec, ok, err := eventstore.ReadRecord(context.Background(), store, scope, version)
+	if err != nil {
 		return "", err
 	}
-	if got == "" {
+	if !ok {
 		return "", messages.Errorf(messages.CodeInvalidArgument, "version %d of scope %q is not stored", version, scope)
 	}
-	return got, nil
+	return hex.EncodeToString(rec.Hash[:]), nil
 }
 
 // removeDestroyed removes a destroyed scope's history from the store: a

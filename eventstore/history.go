@@ -25,37 +25,14 @@ var errStopRead = errors.New("stop")
 
 // readOne returns the event of scope at version.
 func readOne(ctx context.Context, store Store, scope string, version int64) (frames.Event, error) {
-	if vr, ok := store.(versionReader); ok {
-		recs, err := vr.readVersion(ctx, scope, version)
-		if err != nil {
-			return nil, err
-		}
-		if len(recs) == 0 {
-			return nil, &CorruptionError{Stream: scope, Version: version, Reason: "the index names a record beyond the stream's head"}
-		}
-		if recs[0].Version != version {
-			return nil, &CorruptionError{Stream: scope, Version: version, Reason: "the index names a record that is not there"}
-		}
-		return DecodeFrameEvent(recs[0])
+	r, ok, err := ReadRecord(ctx, store, scope, version)
+	if err != nil {
+		return nil, err
 	}
-	var ev frames.Event
-	err := store.ReadStream(ctx, scope, version, func(r Record) error {
-		if r.Version != version {
-			return &CorruptionError{Stream: scope, Version: version, Reason: "the index names a record that is not there"}
-		}
-		var err error
-		if ev, err = DecodeFrameEvent(r); err != nil {
-			return err
-		}
-		return errStopRead
-	})
-	if errors.Is(err, errStopRead) {
-		return ev, nil
+	if !ok {
+		return nil, &CorruptionError{Stream: scope, Version: version, Reason: "the index names a record that is not there"}
 	}
-	if err == nil {
-		err = &CorruptionError{Stream: scope, Version: version, Reason: "the index names a record beyond the stream's head"}
-	}
-	return nil, err
+	return DecodeFrameEvent(r)
 }
 
 // FinishedFrame implements frames.History: a frame the index knows whose

@@ -293,11 +293,11 @@ func (oi overlayIndex) add(r *jrec) {
 		oi[r.stream] = m
 	}
 	if frame != nil {
-		k := "f" + string(frame)
+		k := FrameKey(string(frame))
 		m[k] = m[k].widen(r.version)
 	}
 	if request != nil {
-		k := "r" + string(request)
+		k := RequestKey(string(request))
 		m[k] = m[k].widen(r.version)
 	}
 }

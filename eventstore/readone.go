@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -57,4 +58,28 @@ func (m *MemoryStore) readVersion(ctx context.Context, stream string, version in
 	cr := newChainReader(stream, version)
 	out, _, err := cr.readChunk(&memSource{ms: m.streams[stream]}, nil, true, 1, chunkBytes)
 	return out, err
+}
+
+// ReadRecord returns the stream's record at version, checked as ReadStream
+// checks it, without reading past it; ok is false when the stream does not
+// hold that version (beyond its head, or removed).
+func ReadRecord(ctx context.Context, store Store, stream string, version int64) (rec Record, ok bool, err error) {
+	if vr, is := store.(versionReader); is {
+		recs, err := vr.readVersion(ctx, stream, version)
+		if err != nil || len(recs) == 0 || recs[0].Version != version {
+			return Record{}, false, err
+		}
+		return recs[0], true, nil
+	}
+	err = store.ReadStream(ctx, stream, version, func(r Record) error {
+		rec, ok = r, r.Version == version
+		return errStopRead
+	})
+	if errors.Is(err, errStopRead) {
+		err = nil
+	}
+	if err != nil || !ok {
+		return Record{}, false, err
+	}
+	return rec, true, nil
 }

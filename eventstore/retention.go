@@ -2,7 +2,6 @@ package eventstore
 
 import (
 	"context"
-	"errors"
 
 	"github.com/stateindex/stateindex/frames"
 )
@@ -135,14 +134,9 @@ func LastRecord(ctx context.Context, store Store, scope string) (version, at int
 	if err != nil || info.Version == 0 {
 		return 0, 0, "", false, err
 	}
-	err = store.ReadStream(ctx, scope, info.Version, func(r Record) error {
-		if r.Version == info.Version {
-			version, at, typ, ok = r.Version, metaAt(r.Data), r.Type, true
-		}
-		return errStopRead
-	})
-	if errors.Is(err, errStopRead) {
-		err = nil
+	r, ok, err := ReadRecord(ctx, store, scope, info.Version)
+	if err != nil || !ok {
+		return 0, 0, "", false, err
 	}
-	return version, at, typ, ok, err
+	return r.Version, metaAt(r.Data), r.Type, true, nil
 }

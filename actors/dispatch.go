@@ -217,7 +217,7 @@ func init() {
 				}
 				return &frames.AddContextHandle{Header: hdr, FrameID: id, Handle: frames.ContextHandle{
 					ID: frames.MintIfEmpty(r.HandleID, h.cfg.NewID), Kind: frames.HandleKind(r.Kind), Priority: r.Priority,
-					Content: r.Content, Tokens: tokens, LightTokens: light}}, nil
+					Role: frames.Role(r.Role), Content: r.Content, Tokens: tokens, LightTokens: light}}, nil
 			},
 			func(_ *handler, r *messages.AddContextHandle, evs []frames.Event, res messages.Result) (messages.Reply, error) {
 				e, err := first[*frames.HandleAdded](r, evs)
@@ -280,8 +280,10 @@ func init() {
 				}
 				prio := frames.ToolPriority(r.Priority)
 				return &frames.FinishToolCall{Header: hdr, FrameID: id, CallID: r.CallID, IsError: r.IsError,
-					CallHandle:   frames.ContextHandle{ID: h.cfg.NewID(), Kind: frames.ToolCallKind, Priority: prio, Content: call, Tokens: ct, LightTokens: cl},
-					ResultHandle: frames.ContextHandle{ID: h.cfg.NewID(), Kind: frames.ToolResultKind, Priority: prio, Content: r.Output, Tokens: rt, LightTokens: rl},
+					CallHandle: frames.ContextHandle{ID: h.cfg.NewID(), Kind: frames.ToolCallKind, Role: frames.ToolCallRole, Priority: prio,
+						Content: call, Tokens: ct, LightTokens: cl},
+					ResultHandle: frames.ContextHandle{ID: h.cfg.NewID(), Kind: frames.ToolResultKind, Role: frames.ToolResultRole, Priority: prio,
+						Content: r.Output, Tokens: rt, LightTokens: rl},
 				}, nil
 			},
 			func(_ *handler, r *messages.FinishToolCall, evs []frames.Event, res messages.Result) (messages.Reply, error) {
@@ -673,7 +675,7 @@ func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) me
 	}
 	segs := make([]messages.Segment, len(p.Segments))
 	for i, it := range p.Segments {
-		segs[i] = messages.Segment{HandleID: it.ID, Kind: it.Kind, Priority: it.Priority, Content: it.Content,
+		segs[i] = messages.Segment{HandleID: it.ID, Kind: it.Kind, Role: it.Role, Priority: it.Priority, Content: it.Content,
 			Tokens: it.Tokens, Group: it.Group, Covers: it.Covers}
 	}
 	return &messages.ContextPack{

@@ -16,6 +16,9 @@ type Item struct {
 	ID       string
 	Kind     string
 	Priority Priority
+	// Role is carried through unchanged (who said it: "user", "tool", …);
+	// a summary has none.
+	Role string
 
 	// Mandatory is the caller's include hint for a pack (query_hints
 	// include_handles). Compact ignores it.

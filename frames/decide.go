@@ -449,6 +449,9 @@ func (d decider) checkHandle(f *Frame, h *ContextHandle, extra int) error {
 	if !h.Priority.Valid() {
 		return invalid("handle priority %d", h.Priority)
 	}
+	if !h.Role.Valid() {
+		return invalid("handle role %.64q: one of system, user, assistant, tool, or none", h.Role)
+	}
 	if err := checkText("content", h.Content, d.cfg.MaxContentBytes); err != nil {
 		return err
 	}

@@ -306,7 +306,7 @@ func handleItems(buf []compaction.Item, hs []ContextHandle, x hints) []compactio
 		if x.exclude != nil && (x.exclude[hd.ID] || (hd.Group != "" && x.groups[hd.Group])) {
 			continue
 		}
-		items = append(items, compaction.Item{ID: hd.ID, Kind: hd.Kind, Priority: hd.Priority, Content: hd.Content,
+		items = append(items, compaction.Item{ID: hd.ID, Kind: hd.Kind, Role: string(hd.Role), Priority: hd.Priority, Content: hd.Content,
 			Seq: hd.Seq, Group: hd.Group, Mandatory: x.include[hd.ID], Covers: hd.Covers, Tokens: hd.Tokens, LightTokens: hd.LightTokens})
 	}
 	return items

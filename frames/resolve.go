@@ -20,6 +20,35 @@ const (
 	SummaryKind    = "summary"
 )
 
+// Role is who a context handle's content comes from. The zero value is
+// RoleUnknown: a handle added without one, or before roles existed.
+type Role string
+
+// The roles of the chat APIs, as their messages name them.
+const (
+	RoleUnknown   Role = ""
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Roles of the handles the core makes itself: a finished tool call's call
+// is the assistant's, its output the tool's.
+const (
+	ToolCallRole   = RoleAssistant
+	ToolResultRole = RoleTool
+)
+
+// Valid reports whether r is a known role or unknown ("").
+func (r Role) Valid() bool {
+	switch r {
+	case RoleUnknown, RoleSystem, RoleUser, RoleAssistant, RoleTool:
+		return true
+	}
+	return false
+}
+
 // ResolveFrame returns id, or the id of the top of the stack (the most
 // recently pushed active frame) when id is empty. Reads and commands alike
 // resolve a frame id through it.

@@ -100,7 +100,11 @@ type ContextHandle struct {
 	ID       string              `msgpack:"id"`
 	Kind     string              `msgpack:"k"`
 	Priority compaction.Priority `msgpack:"p"`
-	Content  string              `msgpack:"c"`
+	// Role is who said it (RoleSystem, RoleUser, RoleAssistant, RoleTool),
+	// besides what it is (Kind); "" is unknown, as every handle written
+	// before roles existed reads.
+	Role    Role   `msgpack:"ro,omitempty"`
+	Content string `msgpack:"c"`
 	// ContentRef is the hex SHA-256 of content stored by reference ("":
 	// the content is inline).
 	ContentRef string `msgpack:"cr,omitempty"`

@@ -180,7 +180,9 @@ type AddContextHandle struct {
 	HandleID string              `msgpack:"h,omitempty"`
 	Kind     string              `msgpack:"k,omitempty"`
 	Priority compaction.Priority `msgpack:"p"`
-	Content  string              `msgpack:"c"`
+	// Role is who said it: system, user, assistant, tool, or "" (unknown).
+	Role    string `msgpack:"ro,omitempty"`
+	Content string `msgpack:"c"`
 }
 
 // AddContextHandleReply names the handle and its size.
@@ -287,9 +289,11 @@ type Segment struct {
 	HandleID string              `msgpack:"h"`
 	Kind     string              `msgpack:"k"`
 	Priority compaction.Priority `msgpack:"p"`
-	Content  string              `msgpack:"c"`
-	Tokens   int64               `msgpack:"t"`
-	Group    string              `msgpack:"g,omitempty"`
+	// Role is the handle's role ("" unknown; a summary has none).
+	Role    string `msgpack:"ro,omitempty"`
+	Content string `msgpack:"c"`
+	Tokens  int64  `msgpack:"t"`
+	Group   string `msgpack:"g,omitempty"`
 	// Covers is set on a summary segment: the handles it stands for.
 	Covers []string `msgpack:"cv,omitempty"`
 }

@@ -93,6 +93,10 @@ type FramePushed struct {
 	Depth    int64              `msgpack:"d"`
 	Budget   budget.TokenBudget `msgpack:"b"`
 	Limits   budget.Limits      `msgpack:"l"`
+	// ContinuedFrom and ChainRoot make the pushed frame a link of a
+	// continuation chain (Frame.ContinuedFrom, Frame.ChainRoot).
+	ContinuedFrom string `msgpack:"cf,omitempty"`
+	ChainRoot     string `msgpack:"cr,omitempty"`
 }
 
 // FrameUpdated: some of a frame's fields changed.
@@ -126,6 +130,9 @@ type FramePopped struct {
 	ChargedCost   budget.Cost `msgpack:"cc"`
 	Saturated     bool        `msgpack:"sat,omitempty"`
 	Abandoned     []string    `msgpack:"ab,omitempty"`
+	// ContinuedTo, with Status StatusContinued, is the frame pushed in the
+	// same append that continues this one (Frame.ContinuedTo).
+	ContinuedTo string `msgpack:"cto,omitempty"`
 	// Final is the frame's record once popped (see FrameRecord); replay
 	// checks it against the fold. Events written before it existed have
 	// none: their frames are rebuilt by folding the log.

@@ -157,7 +157,8 @@ func RebuildFinished(own []Versioned) (f *Frame, ok bool, err error) {
 func FromRecord(r *FrameRecord) *Frame {
 	return &Frame{ID: r.ID, ParentID: r.ParentID, Goal: r.Goal, Status: r.Status, Depth: r.Depth, Budget: r.Budget,
 		Limits: r.Limits, Cost: r.Cost, Results: append([]ResultRef(nil), r.Results...), Kids: r.Kids,
-		CreatedAt: r.CreatedAt, CompletedAt: r.CompletedAt, PushSeq: r.PushSeq, ContextHash: r.ContextHash, ContextTokens: r.ContextTokens}
+		CreatedAt: r.CreatedAt, CompletedAt: r.CompletedAt, PushSeq: r.PushSeq, ContextHash: r.ContextHash, ContextTokens: r.ContextTokens,
+		ContinuedFrom: r.ContinuedFrom, ContinuedTo: r.ContinuedTo, ChainRoot: r.ChainRoot}
 }
 
 // HistoricView is a read-only state that holds path — a frame and its

@@ -188,6 +188,14 @@ type Frame struct {
 	// every child it ever had.
 	LiveKids int64 `msgpack:"lk"`
 	Kids     int64 `msgpack:"k,omitempty"`
+	// A continuation chain's links: ContinuedFrom is the link this frame
+	// continues (backward pointer), ContinuedTo the link that continues it
+	// (forward pointer, set when it becomes StatusContinued or a finished
+	// head is resumed), ChainRoot the chain's first link (set on every link,
+	// the root included, once a chain exists; "" for a frame in none).
+	ContinuedFrom string `msgpack:"cf,omitempty"`
+	ContinuedTo   string `msgpack:"cto,omitempty"`
+	ChainRoot     string `msgpack:"cr,omitempty"`
 
 	handleIdx map[string]int // id -> index in Handles; rebuilt when stale
 }
@@ -311,6 +319,9 @@ type FrameRecord struct {
 	CompletedAt   int64              `msgpack:"ca"`
 	PushSeq       int64              `msgpack:"ps"`
 	ContextHash   string             `msgpack:"hx,omitempty"`
+	ContinuedFrom string             `msgpack:"cf,omitempty"`
+	ContinuedTo   string             `msgpack:"cto,omitempty"`
+	ChainRoot     string             `msgpack:"cr,omitempty"`
 }
 
 // RecordOf returns f's record as it stands.
@@ -320,6 +331,7 @@ func RecordOf(f *Frame) FrameRecord {
 		Limits: f.Limits, Cost: f.Cost, Results: append([]ResultRef(nil), f.Results...), Handles: int64(len(f.Handles)),
 		ContextTokens: f.ContextTokens, ToolCalls: int64(len(f.ToolCalls)), Kids: f.Kids, CreatedAt: f.CreatedAt,
 		CompletedAt: f.CompletedAt, PushSeq: f.PushSeq, ContextHash: f.ContextHash,
+		ContinuedFrom: f.ContinuedFrom, ContinuedTo: f.ContinuedTo, ChainRoot: f.ChainRoot,
 	}
 }
 

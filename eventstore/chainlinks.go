@@ -137,38 +137,91 @@ func ResolveChain(ctx context.Context, id string, src LinkSource) (Chain, error)
 	return c, nil
 }
 
-// StoreLinks is the LinkSource of a scope: live frames from live (the
+// StoreLinks is the LinkSource of a scope: live links from live (the
 // scope's state; nil: none), the others from their frame.popped record in
 // store (a frame.popped written before it carried its record is rebuilt
-// by LoadFinishedFrame).
-func StoreLinks(store Store, scope string, live func(id string) *frames.Frame) LinkSource {
+// by LoadFinishedFrame). A pointer a link's record lacks is taken from the
+// events that set it (FramePushed.ContinuedFrom and ChainRoot,
+// FramePopped.ContinuedTo), so a chain resolves whether or not the fold
+// copies them into the frame.
+func StoreLinks(store Store, scope string, live func(id string) (ChainLink, bool)) LinkSource {
 	return func(ctx context.Context, id string) (ChainLink, bool, error) {
+		sp, indexed, err := store.Lookup(ctx, scope, FrameKey(id))
+		if err != nil {
+			return ChainLink{}, false, err
+		}
 		if live != nil {
-			if f := live(id); f != nil {
-				return linkOf(frames.RecordOf(f)), true, nil
+			if l, ok := live(id); ok {
+				if indexed && (l.ContinuedFrom == "" || l.ChainRoot == "") {
+					if err := fillFromPush(ctx, store, scope, sp, &l); err != nil {
+						return ChainLink{}, false, err
+					}
+				}
+				return l, true, nil
 			}
 		}
-		sp, ok, err := store.Lookup(ctx, scope, FrameKey(id))
-		if err != nil || !ok {
-			return ChainLink{}, false, err
+		if !indexed {
+			return ChainLink{}, false, nil
 		}
 		ev, err := readOne(ctx, store, scope, sp.Last)
 		if err != nil {
 			return ChainLink{}, false, err
 		}
+		var l ChainLink
 		if p, ok := ev.(*frames.FramePopped); ok && p.Frame == id && p.Final != nil {
-			return linkOf(*p.Final), true, nil
+			l = linkOf(*p.Final)
+			if l.ContinuedTo == "" {
+				l.ContinuedTo = p.ContinuedTo
+			}
+		} else {
+			f, err := LoadFinishedFrame(ctx, store, scope, id)
+			if errors.Is(err, frames.ErrFrameNotFound) {
+				return ChainLink{}, false, nil
+			}
+			if err != nil {
+				return ChainLink{}, false, err
+			}
+			l = FrameLink(f)
+			if p, ok := ev.(*frames.FramePopped); ok && p.Frame == id && l.ContinuedTo == "" {
+				l.ContinuedTo = p.ContinuedTo
+			}
 		}
-		f, err := LoadFinishedFrame(ctx, store, scope, id)
-		if errors.Is(err, frames.ErrFrameNotFound) {
-			return ChainLink{}, false, nil
+		if l.ContinuedFrom == "" || l.ChainRoot == "" {
+			if err := fillFromPush(ctx, store, scope, sp, &l); err != nil {
+				return ChainLink{}, false, err
+			}
 		}
-		if err != nil {
-			return ChainLink{}, false, err
-		}
-		return linkOf(frames.RecordOf(f)), true, nil
+		return l, true, nil
 	}
 }
+
+// fillFromPush takes the backward pointer and the root a link lacks from
+// its frame.pushed record, when the store still holds it.
+func fillFromPush(ctx context.Context, store Store, scope string, sp Span, l *ChainLink) error {
+	base, err := store.StreamBase(ctx, scope)
+	if err != nil || sp.First <= base.Version {
+		return err
+	}
+	ev, err := readOne(ctx, store, scope, sp.First)
+	if err != nil {
+		return err
+	}
+	if p, ok := ev.(*frames.FramePushed); ok && p.Frame == l.ID {
+		if l.ContinuedFrom == "" {
+			l.ContinuedFrom = p.ContinuedFrom
+		}
+		if l.ChainRoot == "" {
+			l.ChainRoot = p.ChainRoot
+		}
+		if l.PushSeq == 0 {
+			l.PushSeq = sp.First
+		}
+	}
+	return nil
+}
+
+// FrameLink is f as a link.
+func FrameLink(f *frames.Frame) ChainLink { return linkOf(frames.RecordOf(f)) }
 
 func linkOf(r frames.FrameRecord) ChainLink {
 	return ChainLink{ID: r.ID, Status: r.Status, ContinuedFrom: r.ContinuedFrom, ContinuedTo: r.ContinuedTo,

@@ -61,7 +61,12 @@ func (d *scopeDriver) tool(frame, call, input, output string) {
 }
 
 func (d *scopeDriver) links() eventstore.LinkSource {
-	return eventstore.StoreLinks(d.store, d.st.Scope, d.st.Frame)
+	return eventstore.StoreLinks(d.store, d.st.Scope, func(id string) (eventstore.ChainLink, bool) {
+		if f := d.st.Frame(id); f != nil {
+			return eventstore.FrameLink(f), true
+		}
+		return eventstore.ChainLink{}, false
+	})
 }
 
 func (d *scopeDriver) chain(id string) eventstore.Chain {

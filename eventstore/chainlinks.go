@@ -138,7 +138,8 @@ func ResolveChain(ctx context.Context, id string, src LinkSource) (Chain, error)
 }
 
 // StoreLinks is the LinkSource of a scope: live links from live (the
-// scope's state; nil: none), the others from their frame.popped record in
+// scope's state; nil: a frame whose last record is not its frame.popped
+// is live, known from its frame.pushed), the others from their frame.popped record in
 // store (a frame.popped written before it carried its record is rebuilt
 // by LoadFinishedFrame). A pointer a link's record lacks is taken from the
 // events that set it (FramePushed.ContinuedFrom and ChainRoot,
@@ -168,12 +169,15 @@ func StoreLinks(store Store, scope string, live func(id string) (ChainLink, bool
 			return ChainLink{}, false, err
 		}
 		var l ChainLink
-		if p, ok := ev.(*frames.FramePopped); ok && p.Frame == id && p.Final != nil {
+		p, popped := ev.(*frames.FramePopped)
+		popped = popped && p.Frame == id
+		switch {
+		case !popped:
+			// Live (a caller without the state): what its push says.
+			l = ChainLink{ID: id, Status: frames.StatusActive}
+		case p.Final != nil:
 			l = linkOf(*p.Final)
-			if l.ContinuedTo == "" {
-				l.ContinuedTo = p.ContinuedTo
-			}
-		} else {
+		default:
 			f, err := LoadFinishedFrame(ctx, store, scope, id)
 			if errors.Is(err, frames.ErrFrameNotFound) {
 				return ChainLink{}, false, nil
@@ -182,9 +186,9 @@ func StoreLinks(store Store, scope string, live func(id string) (ChainLink, bool
 				return ChainLink{}, false, err
 			}
 			l = FrameLink(f)
-			if p, ok := ev.(*frames.FramePopped); ok && p.Frame == id && l.ContinuedTo == "" {
-				l.ContinuedTo = p.ContinuedTo
-			}
+		}
+		if popped && l.ContinuedTo == "" {
+			l.ContinuedTo = p.ContinuedTo
 		}
 		if l.ContinuedFrom == "" || l.ChainRoot == "" {
 			if err := fillFromPush(ctx, store, scope, sp, &l); err != nil {

@@ -201,6 +201,10 @@ func Search(ctx context.Context, store Store, q SearchQuery) (SearchResult, erro
 		matched: map[string]string{}, seen: map[string]bool{}, archiveDir: q.ArchiveDir}
 	if !q.Regex {
 		s.lit = []byte(q.Text)
+	} else if prefix, _ := m.(rx).LiteralPrefix(); prefix != "" {
+		// Every match begins with it, and text is stored as it is
+		// (msgpack strings are their UTF-8 bytes).
+		s.lit = []byte(prefix)
 	}
 	if err := s.plan(ctx, q.Links); err != nil {
 		return res, err

@@ -20,6 +20,12 @@ type Builder struct {
 	St    *frames.State
 	Now   int64
 	Cfg   frames.Config
+	// Batch > 0 queues appends and writes them Batch events at a time
+	// (Flush writes the rest): for building large logs fast.
+	Batch int
+
+	queued []eventstore.Event
+	from   int64 // the version before the first queued event
 }
 
 // New returns a builder of scope in store (an empty scope).
@@ -50,7 +56,12 @@ func (b *Builder) Append(evs ...frames.Event) error {
 			return err
 		}
 	}
-	if _, err := b.Store.Append(context.Background(), b.St.Scope, b.St.Version, recs); err != nil {
+	if b.Batch > 0 {
+		if len(b.queued) == 0 {
+			b.from = b.St.Version
+		}
+		b.queued = append(b.queued, recs...)
+	} else if _, err := b.Store.Append(context.Background(), b.St.Scope, b.St.Version, recs); err != nil {
 		return err
 	}
 	for _, e := range evs {
@@ -58,7 +69,20 @@ func (b *Builder) Append(evs ...frames.Event) error {
 			return err
 		}
 	}
+	if b.Batch > 0 && len(b.queued) >= b.Batch {
+		return b.Flush()
+	}
 	return nil
+}
+
+// Flush writes the queued events.
+func (b *Builder) Flush() error {
+	if len(b.queued) == 0 {
+		return nil
+	}
+	_, err := b.Store.Append(context.Background(), b.St.Scope, b.from, b.queued)
+	b.queued = b.queued[:0]
+	return err
 }
 
 // Start pushes link id, continuing prev ("" for the root) of the chain
@@ -105,6 +129,7 @@ func (b *Builder) root(id string) string {
 		return f.ChainRoot
 	}
 	var root string
+	_ = b.Flush()
 	_ = b.Store.ReadStream(context.Background(), b.St.Scope, 1, func(r eventstore.Record) error {
 		if r.Type != frames.TypeFramePushed {
 			return nil

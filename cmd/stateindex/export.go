@@ -121,7 +121,7 @@ order, tool calls with their results, results, and the handoffs.
 		return errUsage
 	}
 	if *format != "jsonl" && !(*format == "md" && *chain != "") {
-		fmt.Fprintf(stderr, "stateindex export: unknown --format %q (known: jsonl; md with --chain)\n", *format)
+		fmt.Fprintf(stderr, "stateindex export: unknown --format %q (known: jsonl); md needs --chain\n", *format)
 		fs.Usage()
 		return errUsage
 	}

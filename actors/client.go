@@ -236,3 +236,9 @@ func (c *Client) GetFrame(ctx context.Context, req *messages.GetFrame) (*message
 func (c *Client) GetStack(ctx context.Context, req *messages.GetStack) (*messages.GetStackReply, error) {
 	return call[*messages.GetStackReply](ctx, c, req)
 }
+
+// SearchChain searches every link of a frame's continuation chain (one
+// page of hits; pass the reply's Next as Cursor for the next).
+func (c *Client) SearchChain(ctx context.Context, req *messages.SearchChain) (*messages.SearchChainReply, error) {
+	return call[*messages.SearchChainReply](ctx, c, req)
+}

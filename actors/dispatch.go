@@ -468,6 +468,8 @@ func init() {
 			}
 			return replied(answer(st.Ancestry(f.ID)))
 		}),
+
+		messages.OpSearchChain: readOrJob((*handler).searchChain),
 	}
 }
 

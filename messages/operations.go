@@ -24,6 +24,7 @@ const (
 	OpGetStack
 	OpApplyRetention
 	OpDestroyScope
+	OpSearchChain
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -83,6 +84,8 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(ApplyRetention) }, NewReply: func() Reply { return new(ApplyRetentionReply) }},
 	OpDestroyScope: {Name: "DestroyScope", ReplyName: "DestroyScopeReply", Mutates: true,
 		NewRequest: func() Request { return new(DestroyScope) }, NewReply: func() Reply { return new(DestroyScopeReply) }},
+	OpSearchChain: {Name: "SearchChain", ReplyName: "SearchChainReply",
+		NewRequest: func() Request { return new(SearchChain) }, NewReply: func() Reply { return new(SearchChainReply) }},
 }
 
 func init() {

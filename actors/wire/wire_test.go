@@ -84,7 +84,7 @@ func onTheWire(t *testing.T, m *wire.Message) *wire.Message {
 
 func TestEveryTypeRoundTrips(t *testing.T) {
 	names := wire.Names()
-	require.Len(t, names, 35, "17 requests, 17 replies and Failure")
+	require.Len(t, names, 37, "18 requests, 18 replies and Failure")
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v, ok := wire.New(name)
@@ -225,10 +225,10 @@ func TestWireNamesNeverChange(t *testing.T) {
 	assert.Equal(t, []string{
 		"PushFrame", "PopFrame", "UpdateFrame", "AddContextHandle", "AddResult", "RecordUsage",
 		"StartToolCall", "FinishToolCall", "AssembleContextPack", "SuspendFrame", "ResumeFrame",
-		"CompactContext", "ResumeActor", "GetFrame", "GetStack", "ApplyRetention", "DestroyScope",
+		"CompactContext", "ResumeActor", "GetFrame", "GetStack", "ApplyRetention", "DestroyScope", "SearchChain",
 		"PushFrameReply", "PopFrameReply", "UpdateFrameReply", "AddContextHandleReply", "AddResultReply",
 		"RecordUsageReply", "StartToolCallReply", "FinishToolCallReply", "ContextPack", "SuspensionToken",
 		"ResumeFrameReply", "CompactionResult", "ActorResumeState", "GetFrameReply", "GetStackReply",
-		"ApplyRetentionReply", "DestroyScopeReply", wire.FailureType,
+		"ApplyRetentionReply", "DestroyScopeReply", "SearchChainReply", wire.FailureType,
 	}, wire.Names())
 }

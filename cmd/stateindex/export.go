@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(command{name: "export", summary: "--data DIR [--scope S [--format jsonl] [--archives DIR]] [--from SEQ]   write records (a scope's whole history, archived and stored) as JSON Lines to stdout", run: exportCmd})
+	register(command{name: "export", summary: "--data DIR [--scope S [--chain ID] [--format jsonl|md] [--archives DIR]] [--from SEQ]   write records (a scope's whole history, or a chain's transcript) to stdout", run: exportCmd})
 }
 
 // exportRecord is one line of export's output.
@@ -70,6 +70,7 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: stateindex export --data DIR [--from SEQ]
        stateindex export --data DIR --scope S [--format jsonl] [--archives DIR] [--from SEQ]
+       stateindex export --data DIR --scope S --chain ID [--format jsonl|md] [--archives DIR]
 
 Without --scope, writes the records of DIR/stateindex.db to stdout as JSON
 Lines, in global sequence order: {"stream","version","seq","type","data"
@@ -92,12 +93,23 @@ so far).
 --from skips records with a global sequence below SEQ. A summary goes to
 stderr.
 
+With --chain, writes the transcript of the continuation chain frame ID is
+a link of (any link): with --format jsonl, a header line
+{"stateindex_transcript":1,"scope","chain","links","head_link","from",
+"through","prev","head","records"} and the records of the version range
+that covers the chain, exactly as stored (as archives hold them: "raw",
+"hash"), then the signed checkpoints in the range — check it offline with
+"stateindex verify --transcript FILE --public-key KEY"; with --format md,
+a readable rendering: each link's goal, budget and cost, its handles in
+order, tool calls with their results, results, and the handoffs.
+
 `+recoveryNote+"\n")
 		fs.PrintDefaults()
 	}
 	dir := fs.String("data", "./data", "data directory")
 	scope := fs.String("scope", "", "write this scope's whole history (archived and stored)")
-	format := fs.String("format", "jsonl", "output format (with --scope): jsonl")
+	format := fs.String("format", "jsonl", "output format (with --scope): jsonl; with --chain also md")
+	chain := fs.String("chain", "", "with --scope: the transcript of the chain this frame is a link of")
 	archives := fs.String("archives", "", "with --scope: look for archive files under this directory (ARCHIVES/SCOPE/FILE) before where their events say")
 	from := fs.Uint64("from", 1, "first global sequence to write")
 	if err := fs.Parse(args); err != nil {
@@ -108,8 +120,13 @@ stderr.
 		fs.Usage()
 		return errUsage
 	}
-	if *format != "jsonl" {
-		fmt.Fprintf(stderr, "stateindex export: unknown --format %q (known: jsonl)\n", *format)
+	if *format != "jsonl" && !(*format == "md" && *chain != "") {
+		fmt.Fprintf(stderr, "stateindex export: unknown --format %q (known: jsonl); md needs --chain\n", *format)
+		fs.Usage()
+		return errUsage
+	}
+	if *scope == "" && (*archives != "" || *chain != "") {
+		fmt.Fprintln(stderr, "stateindex export: --archives and --chain need --scope")
 		fs.Usage()
 		return errUsage
 	}
@@ -128,7 +145,9 @@ stderr.
 	defer store.Close()
 	ctx := context.Background()
 	w := bufio.NewWriterSize(stdout, 64<<10)
-	if *scope != "" {
+	if *chain != "" {
+		err = exportChain(ctx, store, *scope, *chain, *format, *archives, w, stderr)
+	} else if *scope != "" {
 		err = exportScope(ctx, store, *dir, *scope, *archives, *from, w, stderr)
 	} else {
 		err = exportAll(ctx, store, *from, w, stderr)

@@ -22,7 +22,7 @@ import (
 const checkpointPubFile = "checkpoint.pub"
 
 func init() {
-	register(command{name: "verify", summary: "--data DIR [--public-key FILE] | --archive FILE [--public-key FILE]   check every stream (chains, replay, snapshots, signatures), or an archive offline", run: verifyCmd})
+	register(command{name: "verify", summary: "--data DIR [--public-key FILE] | --archive FILE | --transcript FILE [--public-key FILE]   check every stream (chains, replay, snapshots, signatures), or an archive or a chain transcript offline", run: verifyCmd})
 }
 
 // verifyCmd checks a data file and exits 0 only if nothing is wrong; each
@@ -34,17 +34,25 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	pubPath := fs.String("public-key", "", "Ed25519 public key of the checkpoint signing key (hex or 32 raw bytes); default DIR/"+checkpointPubFile+" if present")
 	timeout := fs.Duration("timeout", time.Second, "how long to wait for a file another process holds")
 	archive := fs.String("archive", "", "check this archive file (written by retention) offline instead of a data directory")
+	transcript := fs.String("transcript", "", "check this chain transcript (export --chain --format jsonl) offline instead of a data directory")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: stateindex verify --data DIR [--public-key FILE]\n"+
-			"       stateindex verify --archive FILE [--public-key FILE]\n\n"+
+			"       stateindex verify --archive FILE [--public-key FILE]\n"+
+			"       stateindex verify --transcript FILE [--public-key FILE]\n\n"+
 			"Checks DIR/stateindex.db end to end and exits 0 only if nothing is wrong.\n"+
 			"With --archive, checks an archive of removed history: every record's\n"+
 			"bytes against its hash, the chain from the archive's first record to its\n"+
-			"last, and (with a public key) every signed checkpoint in it.\n\n"+recoveryNote+"\n")
+			"last, and (with a public key) every signed checkpoint in it.\n"+
+			"With --transcript, checks a chain's transcript the same way, from the\n"+
+			"hash its header names before its first record, and reports the first\n"+
+			"bad line.\n\n"+recoveryNote+"\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	if *transcript != "" {
+		return verifyTranscript(*transcript, *pubPath, stdout)
 	}
 	if *archive != "" {
 		var pub ed25519.PublicKey

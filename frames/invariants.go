@@ -75,7 +75,9 @@ func CheckInvariants(s *State) error {
 				allocated += c.Budget.Total
 				live++
 			}
-			descendants += 1 + c.Cost.Spawns
+			if c.Status != StatusContinued { // its continuation carries its cost and counts
+				descendants += 1 + c.Cost.Spawns
+			}
 		}
 		if int64(live) != f.LiveKids {
 			return bad("frame %q counts %d live children, has %d", id, f.LiveKids, live)

@@ -566,14 +566,13 @@ func (d decider) autoContinue(f *Frame, evs []Event, pending []ContextHandle, w 
 // automatic continuation, was not continued ("" when it is under the
 // threshold, continuation is off, or it is not live): the reason the rules
 // would refuse it now.
-func AutoContinueSkipped(cfg Config, s *State, id string) string {
+func AutoContinueSkipped(cfg Config, s *State, id string, w ContinueWith) string {
 	f := s.Frames[id]
 	if f == nil || !f.Status.Live() || cfg.ContinueAt <= 0 || PressureOf(cfg, f).Permille < cfg.ContinueAt {
 		return ""
 	}
 	d := decider{cfg: cfg, s: s, h: &Header{Now: max(s.LastAt, 1)}}
-	w := ContinueWith{Mint: ContinueMint{FrameID: "~probe", SegmentID: "~segment", SummaryID: "~summary"}}
-	if _, err := d.continueFrame(f, nil, 0, NoSummary, w, "probe"); err != nil {
+	if _, err := d.continueFrame(f, nil, 0, "", w, "its context reached the threshold"); err != nil {
 		return err.Error()
 	}
 	return ""

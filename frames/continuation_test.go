@@ -307,8 +307,8 @@ func TestAutomaticContinuation(t *testing.T) {
 	w2.must(&frames.AddContextHandle{Header: w2.hdr(), FrameID: "a", Handle: frames.ContextHandle{ID: "crit", Kind: "text",
 		Priority: compaction.Critical, Content: "c", Tokens: 600}, Continue: &with})
 	assert.NotNil(t, w2.s.Frame("a"), "a continuation that frees nothing (all critical) is skipped")
-	assert.Contains(t, frames.AutoContinueSkipped(w2.cfg, w2.s, "a"), "less than 5%")
-	assert.Empty(t, frames.AutoContinueSkipped(w.cfg, w.s, "b"), "under the threshold")
+	assert.Contains(t, frames.AutoContinueSkipped(w2.cfg, w2.s, "a", with), "less than 5%")
+	assert.Empty(t, frames.AutoContinueSkipped(w.cfg, w.s, "b", with), "under the threshold")
 }
 
 func TestResumeChain(t *testing.T) {

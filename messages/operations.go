@@ -24,6 +24,9 @@ const (
 	OpGetStack
 	OpApplyRetention
 	OpDestroyScope
+	OpContinueFrame
+	OpGetChain
+	OpResumeChain
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -83,6 +86,12 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(ApplyRetention) }, NewReply: func() Reply { return new(ApplyRetentionReply) }},
 	OpDestroyScope: {Name: "DestroyScope", ReplyName: "DestroyScopeReply", Mutates: true,
 		NewRequest: func() Request { return new(DestroyScope) }, NewReply: func() Reply { return new(DestroyScopeReply) }},
+	OpContinueFrame: {Name: "ContinueFrame", ReplyName: "ContinueFrameReply", Mutates: true,
+		NewRequest: func() Request { return new(ContinueFrame) }, NewReply: func() Reply { return new(ContinueFrameReply) }},
+	OpGetChain: {Name: "GetChain", ReplyName: "GetChainReply",
+		NewRequest: func() Request { return new(GetChain) }, NewReply: func() Reply { return new(GetChainReply) }},
+	OpResumeChain: {Name: "ResumeChain", ReplyName: "ResumeChainReply", Mutates: true,
+		NewRequest: func() Request { return new(ResumeChain) }, NewReply: func() Reply { return new(ResumeChainReply) }},
 }
 
 func init() {
@@ -177,3 +186,12 @@ func (*ApplyRetention) Op() Op { return OpApplyRetention }
 
 // Op returns OpDestroyScope.
 func (*DestroyScope) Op() Op { return OpDestroyScope }
+
+// Op returns OpContinueFrame.
+func (*ContinueFrame) Op() Op { return OpContinueFrame }
+
+// Op returns OpGetChain.
+func (*GetChain) Op() Op { return OpGetChain }
+
+// Op returns OpResumeChain.
+func (*ResumeChain) Op() Op { return OpResumeChain }

@@ -84,7 +84,7 @@ func onTheWire(t *testing.T, m *wire.Message) *wire.Message {
 
 func TestEveryTypeRoundTrips(t *testing.T) {
 	names := wire.Names()
-	require.Len(t, names, 35, "17 requests, 17 replies and Failure")
+	require.Len(t, names, 41, "20 requests, 20 replies and Failure")
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v, ok := wire.New(name)
@@ -226,9 +226,10 @@ func TestWireNamesNeverChange(t *testing.T) {
 		"PushFrame", "PopFrame", "UpdateFrame", "AddContextHandle", "AddResult", "RecordUsage",
 		"StartToolCall", "FinishToolCall", "AssembleContextPack", "SuspendFrame", "ResumeFrame",
 		"CompactContext", "ResumeActor", "GetFrame", "GetStack", "ApplyRetention", "DestroyScope",
+		"ContinueFrame", "GetChain", "ResumeChain",
 		"PushFrameReply", "PopFrameReply", "UpdateFrameReply", "AddContextHandleReply", "AddResultReply",
 		"RecordUsageReply", "StartToolCallReply", "FinishToolCallReply", "ContextPack", "SuspensionToken",
 		"ResumeFrameReply", "CompactionResult", "ActorResumeState", "GetFrameReply", "GetStackReply",
-		"ApplyRetentionReply", "DestroyScopeReply", wire.FailureType,
+		"ApplyRetentionReply", "DestroyScopeReply", "ContinueFrameReply", "GetChainReply", "ResumeChainReply", wire.FailureType,
 	}, wire.Names())
 }

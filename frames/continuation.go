@@ -234,10 +234,11 @@ func (d decider) carry(hs []ContextHandle, ceiling int64, summary string, w Cont
 	if summary != NoSummary {
 		text := summary
 		if text == "" {
-			var rest []compaction.Item
+			rest := make([]compaction.Item, 0, len(hs))
 			for i := range hs {
-				if !keep[i] {
-					rest = append(rest, handleItems(nil, hs[i:i+1], hints{})...)
+				if hd := &hs[i]; !keep[i] {
+					rest = append(rest, compaction.Item{ID: hd.ID, Kind: hd.Kind, Role: string(hd.Role), Priority: hd.Priority, Content: hd.Content,
+						Seq: hd.Seq, Group: hd.Group, Covers: hd.Covers, Tokens: hd.Tokens, LightTokens: hd.LightTokens})
 				}
 			}
 			if len(rest) > 0 {

@@ -225,3 +225,25 @@ func TestResumeChainEndToEnd(t *testing.T) {
 	assert.Equal(t, nr.FrameID, chain.Head)
 	require.Len(t, chain.Links, 4)
 }
+
+// Chains come back from a snapshot as from replay.
+func TestChainSurvivesSnapshot(t *testing.T) {
+	e := newEnv(t, func(c *actors.Config) { c.SnapshotEvery = 1 })
+	const scope = "snap"
+	h := messages.Header{Scope: scope}
+	_, task := conversation(t, e, scope, 2_000, 10)
+	cont, err := e.c.ContinueFrame(ctx, &messages.ContinueFrame{Header: h, FrameID: task, ResumeCeiling: 200})
+	require.NoError(t, err)
+	_, err = e.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: h, FrameID: cont.FrameID, Priority: compaction.Low, Content: "after"})
+	require.NoError(t, err)
+	before, err := e.c.GetChain(ctx, &messages.GetChain{Header: h, FrameID: task})
+	require.NoError(t, err)
+	e.restart()
+	st := mustLoad(t, e, scope)
+	require.NotEmpty(t, st.Chains, "the snapshot (or the replay after it) holds the chain")
+	after, err := e.c.GetChain(ctx, &messages.GetChain{Header: h, FrameID: cont.FrameID})
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+	_, err = e.c.RecordUsage(ctx, &messages.RecordUsage{Header: h, FrameID: task, Cost: budget.Cost{Turns: 1}})
+	require.ErrorIs(t, err, actors.ErrFrameContinued)
+}

@@ -242,3 +242,20 @@ func (c *Client) GetStack(ctx context.Context, req *messages.GetStack) (*message
 func (c *Client) SearchChain(ctx context.Context, req *messages.SearchChain) (*messages.SearchChainReply, error) {
 	return call[*messages.SearchChainReply](ctx, c, req)
 }
+
+// ContinueFrame continues a frame whose context fills as a new linked
+// frame (messages.ContinueFrame).
+func (c *Client) ContinueFrame(ctx context.Context, req *messages.ContinueFrame) (*messages.ContinueFrameReply, error) {
+	return call[*messages.ContinueFrameReply](ctx, c, req)
+}
+
+// GetChain reads the continuation chain a frame is a link of.
+func (c *Client) GetChain(ctx context.Context, req *messages.GetChain) (*messages.GetChainReply, error) {
+	return call[*messages.GetChainReply](ctx, c, req)
+}
+
+// ResumeChain resumes a finished chain with a user's message
+// (messages.ResumeChain).
+func (c *Client) ResumeChain(ctx context.Context, req *messages.ResumeChain) (*messages.ResumeChainReply, error) {
+	return call[*messages.ResumeChainReply](ctx, c, req)
+}

@@ -79,6 +79,11 @@ type opEntry struct {
 	// it again, which finishes what a crash or a failure interrupted; so
 	// it must be idempotent. A nil job means nothing to do.
 	after func(h *handler, st *frames.State, req messages.Request, reply messages.Reply) *job
+	// prepare, when set, is store work a mutation needs before it is
+	// decided (ResumeChain reads its chain's finished head from the log):
+	// a job, run off the shard with the scope held, whose result decide
+	// finds in handler.prepared. A nil job means nothing to read.
+	prepare func(h *handler, st *frames.State, req messages.Request) *job
 }
 
 // entryFor returns req's entry, or nil for a request no entry handles.
@@ -164,7 +169,7 @@ func init() {
 		messages.OpPushFrame: mutation(
 			func(h *handler, _ *frames.State, r *messages.PushFrame, hdr frames.Header) (frames.Command, error) {
 				return &frames.PushFrame{Header: hdr, FrameID: h.cfg.NewID(), ParentID: r.ParentID, Goal: r.Goal,
-					Inputs: r.Inputs, Budget: r.Budget, Limits: r.Limits}, nil
+					Inputs: r.Inputs, Budget: r.Budget, Limits: r.Limits, ContextWindow: r.ContextWindow}, nil
 			},
 			func(_ *handler, r *messages.PushFrame, evs []frames.Event, res messages.Result) (messages.Reply, error) {
 				e, err := first[*frames.FramePushed](r, evs)
@@ -217,14 +222,15 @@ func init() {
 				}
 				return &frames.AddContextHandle{Header: hdr, FrameID: id, Handle: frames.ContextHandle{
 					ID: frames.MintIfEmpty(r.HandleID, h.cfg.NewID), Kind: frames.HandleKind(r.Kind), Priority: r.Priority,
-					Role: frames.Role(r.Role), Content: r.Content, Tokens: tokens, LightTokens: light}}, nil
+					Role: frames.Role(r.Role), Content: r.Content, Tokens: tokens, LightTokens: light}, Continue: h.autoContinue()}, nil
 			},
 			func(_ *handler, r *messages.AddContextHandle, evs []frames.Event, res messages.Result) (messages.Reply, error) {
 				e, err := first[*frames.HandleAdded](r, evs)
 				if err != nil {
 					return nil, err
 				}
-				return &messages.AddContextHandleReply{Result: res, FrameID: frameOf(evs), HandleID: e.Handle.ID, Tokens: e.Handle.Tokens}, nil
+				return &messages.AddContextHandleReply{Result: res, FrameID: frameOf(evs), HandleID: e.Handle.ID, Tokens: e.Handle.Tokens,
+					ContextChange: messages.ContextChange{Continued: continued(evs)}}, nil
 			}),
 
 		messages.OpAddResult: mutation(
@@ -284,6 +290,7 @@ func init() {
 						Content: call, Tokens: ct, LightTokens: cl},
 					ResultHandle: frames.ContextHandle{ID: h.cfg.NewID(), Kind: frames.ToolResultKind, Role: frames.ToolResultRole, Priority: prio,
 						Content: r.Output, Tokens: rt, LightTokens: rl},
+					Continue: h.autoContinue(),
 				}, nil
 			},
 			func(_ *handler, r *messages.FinishToolCall, evs []frames.Event, res messages.Result) (messages.Reply, error) {
@@ -292,7 +299,8 @@ func init() {
 					return nil, err
 				}
 				return &messages.FinishToolCallReply{Result: res, FrameID: frameOf(evs), CallID: e.CallID,
-					CallHandleID: e.CallHandle.ID, ResultHandleID: e.ResultHandle.ID, Tokens: e.CallHandle.Tokens + e.ResultHandle.Tokens}, nil
+					CallHandleID: e.CallHandle.ID, ResultHandleID: e.ResultHandle.ID, Tokens: e.CallHandle.Tokens + e.ResultHandle.Tokens,
+					ContextChange: messages.ContextChange{Continued: continued(evs)}}, nil
 			}),
 
 		// A pack of a finished frame is assembled from it and its
@@ -301,10 +309,11 @@ func init() {
 			var fin *frames.FinishedError
 			if _, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID); errors.As(err, &fin) {
 				return h.finishedJob(r, st, fin.ID, true, func(path []*frames.Frame) messages.Reply {
-					return h.assemble(frames.HistoricView(st, path), r)
+					return withHead(h.assemble(frames.HistoricView(st, path), r), st, fin.ID)
 				})
 			}
-			return replied(h.assemble(st, r))
+			id, _ := frames.ResolveFrame(st, r.FrameID)
+			return replied(withHead(h.assemble(st, r), st, id))
 		}),
 
 		messages.OpSuspendFrame: mutation(
@@ -441,7 +450,7 @@ func init() {
 				if !r.WithHandles {
 					c.Handles = nil
 				}
-				return &messages.GetFrameReply{Result: messages.Result{Version: st.Version}, Frame: c}
+				return &messages.GetFrameReply{Result: messages.Result{Version: st.Version}, Frame: c, ChainHead: chainHead(st, f.ID)}
 			}
 			f, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
 			var fin *frames.FinishedError
@@ -456,7 +465,8 @@ func init() {
 
 		messages.OpGetStack: readOrJob(func(h *handler, st *frames.State, r *messages.GetStack) outcome {
 			answer := func(fs []*frames.Frame) messages.Reply {
-				return &messages.GetStackReply{Result: messages.Result{Version: st.Version}, Frames: summaries(st, fs)}
+				return &messages.GetStackReply{Result: messages.Result{Version: st.Version}, Frames: summaries(st, fs),
+					ChainHead: chainHead(st, fs[len(fs)-1].ID)}
 			}
 			f, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
 			var fin *frames.FinishedError
@@ -470,6 +480,242 @@ func init() {
 		}),
 
 		messages.OpSearchChain: readOrJob((*handler).searchChain),
+
+		messages.OpContinueFrame: mutation(
+			func(h *handler, st *frames.State, r *messages.ContinueFrame, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				return &frames.ContinueFrame{Header: hdr, FrameID: id, ResumeCeiling: r.ResumeCeiling, Summary: r.Summary,
+					With: h.continueWith()}, err
+			},
+			func(_ *handler, r *messages.ContinueFrame, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				pop, err := first[*frames.FramePopped](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				if len(evs) < 3 || pop.Final == nil {
+					return nil, fmt.Errorf("a continuation of %d events", len(evs))
+				}
+				push, ok := evs[1].(*frames.FramePushed)
+				if !ok {
+					return nil, fmt.Errorf("a continuation's second event is %s", evs[1].EventType())
+				}
+				c := carriedOf(evs[2:])
+				return &messages.ContinueFrameReply{Result: res, From: pop.Frame, FrameID: push.Frame, Carried: c.n, InDoubt: len(push.InDoubt),
+					SegmentID: c.segment, SummaryID: c.summary, TokensBefore: pop.Final.ContextTokens, TokensAfter: c.tokens,
+					ContextChange: messages.ContextChange{Continued: &messages.Continuation{From: pop.Frame, To: push.Frame}}}, nil
+			}),
+
+		// GetChain lists a chain from its links in the state; a frame in
+		// no chain is a chain of one link (a finished one read from the log).
+		messages.OpGetChain: readOrJob(func(h *handler, st *frames.State, r *messages.GetChain) outcome {
+			f, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
+			var fin *frames.FinishedError
+			id := ""
+			switch {
+			case errors.As(err, &fin):
+				id = fin.ID
+			case err != nil:
+				return replied(failure(r, toWire(err)))
+			default:
+				id = f.ID
+			}
+			links, root, err := st.ChainLinks(id)
+			if err != nil {
+				return replied(failure(r, toWire(err)))
+			}
+			out := &messages.GetChainReply{Result: messages.Result{Version: st.Version}, Root: root}
+			for _, l := range links {
+				out.Links = append(out.Links, messages.ChainLink{FrameID: l.ID, Status: l.Status, Tokens: l.Tokens, CreatedAt: l.CreatedAt,
+					CompletedAt: l.CompletedAt, Version: l.PushSeq})
+			}
+			one := func(f *frames.Frame) messages.Reply {
+				out.Root, out.Head = f.ID, f.ID
+				var tokens int64
+				if !f.Status.Live() {
+					tokens = f.ContextTokens
+				}
+				out.Links = []messages.ChainLink{{FrameID: f.ID, Status: f.Status, Tokens: tokens, CreatedAt: f.CreatedAt,
+					CompletedAt: f.CompletedAt, Version: f.PushSeq}}
+				return out
+			}
+			switch {
+			case root != "":
+				out.Head = links[len(links)-1].ID
+				return replied(out)
+			case fin != nil:
+				return h.finishedJob(r, st, fin.ID, false, func(fs []*frames.Frame) messages.Reply { return one(fs[0]) })
+			}
+			return replied(one(f))
+		}),
+
+		// ResumeChain reads its chain's finished head from the log first
+		// (prepare), then decides the new link.
+		messages.OpResumeChain: func() opEntry {
+			e := mutation(
+				func(h *handler, st *frames.State, r *messages.ResumeChain, hdr frames.Header) (frames.Command, error) {
+					head, _ := h.prepared.(*frames.Frame)
+					return &frames.ResumeChain{Header: hdr, ChainID: r.ChainID, Head: head, Message: r.Message, MessageID: h.cfg.NewID(),
+						Budget: r.Budget, Limits: r.Limits, ResumeCeiling: r.ResumeCeiling, With: h.continueWith()}, nil
+				},
+				func(_ *handler, r *messages.ResumeChain, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+					push, err := first[*frames.FramePushed](r, evs)
+					if err != nil {
+						return nil, err
+					}
+					if len(evs) < 3 {
+						return nil, fmt.Errorf("a resume of %d events", len(evs))
+					}
+					c := carriedOf(evs[1 : len(evs)-1])
+					msg, ok := evs[len(evs)-1].(*frames.HandleAdded)
+					if !ok {
+						return nil, fmt.Errorf("a resume ends with %s", evs[len(evs)-1].EventType())
+					}
+					return &messages.ResumeChainReply{Result: res, From: push.ContinuedFrom, FrameID: push.Frame, Root: push.ChainRoot,
+						ParentID: push.ParentID, Carried: c.n, MessageID: msg.Handle.ID}, nil
+				})
+			e.prepare = (*handler).readChainHead
+			return e
+		}(),
+	}
+}
+
+// readChainHead is ResumeChain's prepare: a job that reads the finished
+// head of the chain the request names off the shard, then decides the
+// request with it (a live or unknown head needs no read: the core refuses
+// it).
+func (h *handler) readChainHead(st *frames.State, req messages.Request) *job {
+	r, ok := req.(*messages.ResumeChain)
+	if !ok {
+		return nil
+	}
+	head, status, err := frames.ResolveChainHead(h.cfg.Frames, st, r.ChainID)
+	if err != nil || status.Live() {
+		return nil
+	}
+	type read struct {
+		f   *frames.Frame
+		err error
+	}
+	scope := req.ScopeName()
+	return &job{scope: scope,
+		run: func() any {
+			f, err := eventstore.LoadFinishedFrame(context.Background(), h.store, scope, head)
+			return read{f, err}
+		},
+		finish: func(v any) outcome {
+			rd := v.(read)
+			if rd.err != nil {
+				return replied(failure(req, toWire(rd.err)))
+			}
+			e, ok := h.cache.Peek(scope)
+			if !ok {
+				return outcome{job: h.loadJob(req)}
+			}
+			m, _ := req.(messages.MutatingRequest)
+			h.prepared = rd.f
+			defer func() { h.prepared = nil }()
+			return h.mutate(m, &dispatch[messages.OpResumeChain], e, LoadInfo{})
+		}}
+}
+
+// continueWith mints what a continuation needs.
+func (h *handler) continueWith() frames.ContinueWith {
+	return frames.ContinueWith{Mint: frames.ContinueMint{FrameID: h.cfg.NewID(), SegmentID: h.cfg.NewID(), SummaryID: h.cfg.NewID()},
+		Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer}
+}
+
+// autoContinue is continueWith when automatic continuation is on, else nil.
+func (h *handler) autoContinue() *frames.ContinueWith {
+	if h.cfg.Frames.ContinueAt <= 0 {
+		return nil
+	}
+	w := h.continueWith()
+	return &w
+}
+
+// continued names the continuation among a mutation's events, if any.
+func continued(evs []frames.Event) *messages.Continuation {
+	for _, ev := range evs {
+		if p, ok := ev.(*frames.FramePopped); ok && p.ContinuedTo != "" {
+			return &messages.Continuation{From: p.Frame, To: p.ContinuedTo}
+		}
+	}
+	return nil
+}
+
+// carriedCounts describes the handles a new link's events add: the
+// segment first, then the summary if any, then those carried over.
+type carriedCounts struct {
+	n                int
+	segment, summary string
+	tokens           int64
+}
+
+func carriedOf(evs []frames.Event) carriedCounts {
+	var c carriedCounts
+	for i, ev := range evs {
+		e, ok := ev.(*frames.HandleAdded)
+		if !ok {
+			continue
+		}
+		c.tokens += e.Handle.Tokens
+		switch {
+		case i == 0 && e.Handle.Kind == frames.ContinuationKind:
+			c.segment = e.Handle.ID
+		case i == 1 && e.Handle.Kind == frames.SummaryKind && e.Handle.Role == frames.RoleSystem:
+			c.summary = e.Handle.ID
+		default:
+			c.n++
+		}
+	}
+	return c
+}
+
+// chainHead is the head of the chain id is a link of ("" for none).
+func chainHead(st *frames.State, id string) string {
+	if st.ChainOf(id) == "" {
+		return ""
+	}
+	head, err := st.ChainHead(id)
+	if err != nil {
+		return ""
+	}
+	return head
+}
+
+// withHead sets a pack's ChainHead.
+func withHead(r messages.Reply, st *frames.State, id string) messages.Reply {
+	if p, ok := r.(*messages.ContextPack); ok && p.Err == nil {
+		p.ChainHead = chainHead(st, id)
+	}
+	return r
+}
+
+// contextChange fills the pressure of a reply that changed a frame's
+// context (the new link's after a continuation), and, for the requests
+// that may continue automatically, why they did not when over the
+// threshold.
+func (h *handler) contextChange(st *frames.State, req messages.Request, reply messages.Reply) {
+	cc, ok := reply.(messages.ContextChanger)
+	if !ok || reply.Failure() != nil {
+		return
+	}
+	ch := cc.Change()
+	id := cc.PressureFrame()
+	if ch.Continued != nil {
+		id = ch.Continued.To
+	}
+	f := st.Frame(id)
+	if f == nil || !f.Status.Live() {
+		return
+	}
+	p := frames.PressureOf(h.cfg.Frames, f)
+	ch.Pressure = &messages.Pressure{Tokens: p.Tokens, Window: p.Window, Permille: p.Permille}
+	if op := req.Op(); ch.Continued == nil && (op == messages.OpAddContextHandle || op == messages.OpFinishToolCall) &&
+		h.cfg.Frames.ContinueAt > 0 && p.Permille >= h.cfg.Frames.ContinueAt {
+		probe := frames.ContinueWith{Mint: frames.ContinueMint{FrameID: "~probe", SegmentID: "~probe-segment", SummaryID: "~probe-summary"},
+			Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer}
+		ch.ContinueSkipped = frames.AutoContinueSkipped(h.cfg.Frames, st, id, probe)
 	}
 }
 

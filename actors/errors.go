@@ -50,6 +50,11 @@ var (
 	ErrUnavailable     = messages.ErrUnavailable
 	ErrBadRequest      = messages.ErrBadRequest
 	ErrInternal        = messages.ErrInternal
+	// ErrFrameContinued: the frame was continued; the error's Head names
+	// its chain's head.
+	ErrFrameContinued = messages.ErrFrameContinued
+	// ErrChainRunning: a chain whose head is live cannot be resumed.
+	ErrChainRunning = messages.ErrChainRunning
 	// ErrTimeout: the reply did not arrive before the deadline. For a
 	// mutating request the outcome is unknown: resend it with the same
 	// request id, which applies it at most once.
@@ -65,6 +70,10 @@ var errorTable = []struct {
 	{frames.ErrTooLarge, messages.CodeTooLarge},
 	{frames.ErrFrameNotFound, messages.CodeFrameNotFound},
 	{frames.ErrNoActiveFrame, messages.CodeNoActiveFrame},
+	{frames.ErrFrameContinued, messages.CodeFrameContinued},
+	{frames.ErrChainRunning, messages.CodeChainRunning},
+	{frames.ErrIneffective, messages.CodeCompactionRefused},
+	{frames.ErrChainCorrupt, messages.CodeStoreFailed},
 	{frames.ErrDuplicateID, messages.CodeDuplicateID},
 	{frames.ErrMaxDepthExceeded, messages.CodeMaxDepthExceeded},
 	{frames.ErrFrameNotLive, messages.CodeFrameNotLive},
@@ -129,6 +138,10 @@ func toWire(err error) *messages.Error {
 	var coe *compaction.CriticalOverflowError
 	if errors.As(err, &coe) {
 		out.Needed = coe.Needed
+	}
+	var fc *frames.ContinuedError
+	if errors.As(err, &fc) {
+		out.Head = fc.Head
 	}
 	var ce *eventstore.ConflictError
 	if errors.As(err, &ce) {

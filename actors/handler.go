@@ -32,6 +32,9 @@ type handler struct {
 	inFlight map[string]int
 	// pack is reused by every pack this shard assembles.
 	pack frames.PackBuffers
+	// prepared is what an entry's prepare job read for the mutation being
+	// decided (see opEntry.prepare), nil otherwise.
+	prepared any
 }
 
 // entry is a cached scope.
@@ -263,6 +266,11 @@ func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, inf
 		return replied(failure(req, &messages.Error{Code: messages.CodeVersionConflict, Version: st.Version,
 			Message: fmt.Sprintf("scope %q is at version %d, request expected %d", m.Scope, st.Version, *m.IfVersion)}))
 	}
+	if d.prepare != nil && h.prepared == nil {
+		if j := d.prepare(h, st, req); j != nil {
+			return outcome{job: j}
+		}
+	}
 	hdr := frames.Header{RequestID: m.RequestID, RequestHash: hash, Now: now, Reason: m.Reason}
 	cmd, err := d.decide(h, st, req, hdr)
 	if err != nil {
@@ -312,7 +320,11 @@ func (h *handler) written(w *write) (messages.Reply, error) {
 	if w.d.state != nil {
 		return w.d.state(h, w.e.st, w.info, w.start)
 	}
-	return w.d.reply(h, w.req, w.evs, w.e.st.Version)
+	r, err := w.d.reply(h, w.req, w.evs, w.e.st.Version)
+	if err == nil {
+		h.contextChange(w.e.st, w.req, r)
+	}
+	return r, err
 }
 
 // begin encodes decided events into a write at the state's version.
@@ -451,6 +463,7 @@ func (h *handler) repeatJob(req messages.Request, d *opEntry, rec frames.Request
 			if err != nil {
 				return replied(failure(req, toWire(err)))
 			}
+			h.contextChange(st, req, reply)
 			if d.after != nil {
 				if j := d.after(h, st, req, reply); j != nil {
 					return outcome{job: j}

@@ -92,6 +92,19 @@ func applyPushed(s *State, e *FramePushed, version int64) error {
 	if err := e.Budget.Validate(); err != nil {
 		return inconsistent("pushed budget: %v", err)
 	}
+	if e.ContextWindow < 0 {
+		return inconsistent("context window %d", e.ContextWindow)
+	}
+	if e.ContinuedFrom != "" {
+		return applyLinkPushed(s, e, version)
+	}
+	if e.Cost != nil || e.InDoubt != nil || e.Freed != nil || e.Resumed != nil || e.ChainRoot != "" {
+		return inconsistent("frame %q pushed with a chain's fields and no link it continues", e.Frame)
+	}
+	return applyNewPushed(s, e, version)
+}
+
+func applyNewPushed(s *State, e *FramePushed, version int64) error {
 	if e.Budget.Used != 0 || e.Budget.SubcallAllocation != 0 {
 		return inconsistent("a new frame's budget has used %d and subcall allocation %d", e.Budget.Used, e.Budget.SubcallAllocation)
 	}
@@ -135,7 +148,7 @@ func applyPushed(s *State, e *FramePushed, version int64) error {
 	}
 	s.Frames[e.Frame] = &Frame{
 		ID: e.Frame, ParentID: e.ParentID, Goal: e.Goal, Inputs: cloneBytes(e.Inputs), Status: StatusActive,
-		Depth: e.Depth, Budget: e.Budget, Limits: e.Limits, CreatedAt: e.At, PushSeq: version,
+		Depth: e.Depth, Budget: e.Budget, Limits: e.Limits, CreatedAt: e.At, PushSeq: version, ContextWindow: e.ContextWindow,
 	}
 	s.Order = append(s.Order, e.Frame)
 	return nil
@@ -177,6 +190,10 @@ func applyPopped(s *State, e *FramePopped) error {
 	if n := f.LiveKids; n > 0 {
 		return inconsistent("frame %q popped with %d live children", f.ID, n)
 	}
+	cont := e.Status == StatusContinued
+	if cont != (e.ContinuedTo != "") || (cont && (s.Frames[e.ContinuedTo] != nil || f.Status == StatusSuspended)) {
+		return inconsistent("pop of %q to %s continued to %q", f.ID, e.Status, e.ContinuedTo)
+	}
 	open := f.openCalls()
 	if e.Abandoned != nil && !equalStrings(e.Abandoned, open) {
 		// An event from before the field existed has none; a newer one must
@@ -184,7 +201,23 @@ func applyPopped(s *State, e *FramePopped) error {
 		return inconsistent("pop of %q abandons %v, open calls are %v", f.ID, e.Abandoned, open)
 	}
 	parent := s.Frames[f.ParentID]
-	if parent != nil {
+	if cont {
+		// The allocation moves to the continuation, which carries the
+		// cost on: it is handed back here and taken again by the push
+		// that follows in the same append (so that the parent's books
+		// hold between the two events); nothing is charged.
+		if e.ChargedTokens != 0 || !e.ChargedCost.IsZero() || e.Saturated || (parent == nil) != (e.Released == 0) ||
+			(parent != nil && e.Released != f.Budget.Total) {
+			return inconsistent("continued frame %q settles with its parent", f.ID)
+		}
+		if parent != nil {
+			pb := parent.Budget
+			if err := pb.ReturnFromChild(e.Released, 0); err != nil {
+				return inconsistent("handing back %q's allocation: %v", f.ID, err)
+			}
+			parent.Budget = pb
+		}
+	} else if parent != nil {
 		want := chargeable(f.Cost)
 		if e.Released != f.Budget.Total || e.ChargedTokens != f.Budget.Used || e.ChargedCost != want {
 			return inconsistent("pop of %q settles %d/%d, state says %d/%d", f.ID, e.Released, e.ChargedTokens, f.Budget.Total, f.Budget.Used)
@@ -215,6 +248,12 @@ func applyPopped(s *State, e *FramePopped) error {
 	f.Status = e.Status
 	f.CompletedAt = e.At
 	f.Suspension = nil
+	if cont {
+		f.ContinuedTo = e.ContinuedTo
+		if f.ChainRoot == "" {
+			f.ChainRoot = f.ID
+		}
+	}
 	if parent != nil {
 		parent.LiveKids--
 	}
@@ -226,6 +265,9 @@ func applyPopped(s *State, e *FramePopped) error {
 			return inconsistent("pop of %q records %+v, state says %+v", f.ID, *e.Final, want)
 		}
 	}
+	if err := s.chainEnded(f, e.ContinuedTo); err != nil {
+		return err
+	}
 	s.unref(f.Handles...) // a finished frame's handles are no longer live
 	s.Finished++
 	s.pruneTokens(e.At)
@@ -233,6 +275,9 @@ func applyPopped(s *State, e *FramePopped) error {
 		return nil
 	}
 	for _, c := range f.Abandoned() {
+		if cont {
+			break // carried on, still in doubt, by the continuation
+		}
 		s.Abandoned = append(s.Abandoned, AbandonedCall{FrameID: f.ID, Goal: f.Goal, Status: f.Status, Call: c})
 	}
 	delete(s.Frames, f.ID)
@@ -411,6 +456,13 @@ func applyCompacted(s *State, e *FrameCompacted, version int64) error {
 	f.Handles = kept
 	f.ContextTokens -= freed
 	f.handleIdx = nil
+	if f.ContextWindow > 0 {
+		net := freed
+		if e.Summary != nil {
+			net -= e.Summary.Tokens
+		}
+		f.Freed = lastFreed(f.Freed, net)
+	}
 	if e.Summary != nil {
 		if err := applyHandles(s, f.ID, version, "", *e.Summary); err != nil {
 			return err // cannot happen after the checks above
@@ -502,6 +554,7 @@ func applyDestroyed(s *State, e *ScopeDestroyed, version int64) error {
 	}
 	s.Frames, s.Order, s.Tokens, s.Abandoned = map[string]*Frame{}, nil, map[string]*TokenRecord{}, nil
 	s.Content = nil // no live handle is left to refer to stored content
+	s.Chains, s.LinkRoots = nil, nil
 	s.Finished, s.Resumes = 0, 0
 	if e.Through > s.RemovedThrough {
 		s.RemovedThrough = e.Through

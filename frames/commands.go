@@ -40,6 +40,9 @@ type PushFrame struct {
 	Inputs   []byte
 	Budget   budget.TokenBudget
 	Limits   budget.Limits
+	// ContextWindow is the frame's context window in tokens; 0 inherits
+	// its parent's (a root: none, read as Config.DefaultContextWindow).
+	ContextWindow int64
 }
 
 // UpdateFrame changes a live frame's fields; nil/false fields stay as they are.
@@ -74,6 +77,10 @@ type AddContextHandle struct {
 	Header
 	FrameID string
 	Handle  ContextHandle
+	// Continue, when set (Config.ContinueAt > 0), lets the command
+	// continue the frame in the same append once its pressure reaches
+	// the threshold.
+	Continue *ContinueWith
 }
 
 // AddResult adds a result reference to a live frame.
@@ -109,6 +116,7 @@ type FinishToolCall struct {
 	IsError      bool
 	CallHandle   ContextHandle
 	ResultHandle ContextHandle
+	Continue     *ContinueWith // as for AddContextHandle
 }
 
 // SuspendFrame pauses an active or waiting frame.

@@ -63,6 +63,10 @@ func Decide(cfg Config, s *State, cmd Command) ([]Event, error) {
 		evs, err = d.retention(c)
 	case *DestroyScope:
 		evs, err = d.destroy(c)
+	case *ContinueFrame:
+		evs, err = d.continueCmd(c)
+	case *ResumeChain:
+		evs, err = d.resumeChain(c)
 	default:
 		return nil, invalid("unknown command %T", cmd)
 	}
@@ -173,6 +177,9 @@ func (d decider) liveFrame(id string) (*Frame, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.Status == StatusContinued {
+		return nil, d.s.continued(id)
+	}
 	if !f.Status.Live() {
 		return nil, fmt.Errorf("%w: %q is %s", ErrFrameNotLive, id, f.Status)
 	}
@@ -208,6 +215,10 @@ func (d decider) push(c *PushFrame) ([]Event, error) {
 	if err := c.Limits.Validate(); err != nil {
 		return nil, err
 	}
+	if err := budget.NonNegative("context window", c.ContextWindow); err != nil {
+		return nil, err
+	}
+	window := c.ContextWindow
 	maxDepth := d.cfg.MaxDepth
 	var depth int64
 	if c.ParentID != "" {
@@ -215,10 +226,16 @@ func (d decider) push(c *PushFrame) ([]Event, error) {
 		if err != nil {
 			return nil, err
 		}
+		if p.Status == StatusContinued {
+			return nil, fmt.Errorf("parent: %w", d.s.continued(p.ID))
+		}
 		if p.Status != StatusActive && p.Status != StatusWaiting {
 			return nil, fmt.Errorf("%w: parent %q is %s", ErrParentNotLive, p.ID, p.Status)
 		}
 		depth = p.Depth + 1
+		if window == 0 {
+			window = p.ContextWindow
+		}
 		maxDepth = min(maxDepth, p.Budget.MaxSubframeDepth)
 		if depth > maxDepth {
 			return nil, fmt.Errorf("%w: depth %d, max %d", ErrMaxDepthExceeded, depth, maxDepth)
@@ -236,7 +253,7 @@ func (d decider) push(c *PushFrame) ([]Event, error) {
 	}
 	return []Event{&FramePushed{
 		Meta: d.meta(c.FrameID, ReasonUserMessage), ParentID: c.ParentID, Goal: c.Goal,
-		Inputs: cloneBytes(c.Inputs), Depth: depth, Budget: b, Limits: c.Limits,
+		Inputs: cloneBytes(c.Inputs), Depth: depth, Budget: b, Limits: c.Limits, ContextWindow: window,
 	}}, nil
 }
 
@@ -492,8 +509,9 @@ func (d decider) addHandle(c *AddContextHandle) ([]Event, error) {
 	}
 	h.CreatedAt = d.h.Now
 	h.Seq = 0 // assigned on Apply: the event's version
+	pending := h
 	d.byRef(f, &h)
-	return []Event{&HandleAdded{Meta: d.meta(f.ID, ReasonUserMessage), Handle: h}}, nil
+	return d.autoContinue(f, []Event{&HandleAdded{Meta: d.meta(f.ID, ReasonUserMessage), Handle: h}}, []ContextHandle{pending}, c.Continue), nil
 }
 
 func (d decider) addResult(c *AddResult) ([]Event, error) {
@@ -622,8 +640,17 @@ func (d decider) finishTool(c *FinishToolCall) ([]Event, error) {
 	}
 	ch.CreatedAt, rh.CreatedAt = d.h.Now, d.h.Now
 	ch.Seq, rh.Seq = 0, 0
+	pending := []ContextHandle{ch, rh}
 	d.byRef(f, &ch, &rh)
-	return []Event{&ToolFinished{Meta: d.meta(f.ID, ReasonToolResultsCommitted), CallID: c.CallID, IsError: c.IsError, CallHandle: ch, ResultHandle: rh}}, nil
+	evs := []Event{&ToolFinished{Meta: d.meta(f.ID, ReasonToolResultsCommitted), CallID: c.CallID, IsError: c.IsError, CallHandle: ch, ResultHandle: rh}}
+	if c.Continue != nil && d.cfg.ContinueAt > 0 {
+		// The continuation sees the call finished: it no longer carries it in doubt.
+		done := *f
+		done.ToolCalls = append([]ToolCall(nil), f.ToolCalls...)
+		done.ToolCall(c.CallID).Finished = true
+		evs = d.autoContinue(&done, evs, pending, c.Continue)
+	}
+	return evs, nil
 }
 
 func (d decider) suspend(c *SuspendFrame) ([]Event, error) {
@@ -652,6 +679,9 @@ func (d decider) resume(c *ResumeFrame) ([]Event, error) {
 	f, err := d.frame(c.FrameID)
 	if err != nil {
 		return nil, err
+	}
+	if f.Status == StatusContinued {
+		return nil, d.s.continued(f.ID)
 	}
 	if err := ValidateID("token id", c.TokenID, d.cfg.MaxIDBytes); err != nil {
 		return nil, err
@@ -731,6 +761,19 @@ func (d decider) compact(c *CompactContext) ([]Event, error) {
 		}
 		h.CreatedAt, h.Seq = d.h.Now, 0
 		sum = &h
+	}
+	if f.ContextWindow > 0 {
+		// The refusal rule holds a frame with a window of its own.
+		var freed int64
+		for _, id := range c.Removed {
+			freed += f.Handle(id).Tokens
+		}
+		if sum != nil {
+			freed -= sum.Tokens
+		}
+		if err := CheckFreed(f.Freed, freed, f.ContextWindow); err != nil {
+			return nil, fmt.Errorf("compacting %q: %w", f.ID, err)
+		}
 	}
 	d.byRef(f, sum)
 	return []Event{&FrameCompacted{Meta: d.meta(f.ID, ReasonUserMessage), Strategy: c.Strategy,

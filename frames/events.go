@@ -97,6 +97,16 @@ type FramePushed struct {
 	// continuation chain (Frame.ContinuedFrom, Frame.ChainRoot).
 	ContinuedFrom string `msgpack:"cf,omitempty"`
 	ChainRoot     string `msgpack:"cr,omitempty"`
+	// ContextWindow is the frame's window (Frame.ContextWindow).
+	ContextWindow int64 `msgpack:"cw,omitempty"`
+	// A continuation (see ContinueFrame) carries on what the link it
+	// continues had: its cost (Budget carries its used tokens), its tool
+	// calls still in doubt and what its last attempts freed. Resumed is
+	// the link a resume continues when no chain held it yet (ResumeChain).
+	Cost    *budget.Cost `msgpack:"co,omitempty"`
+	InDoubt []ToolCall   `msgpack:"idc,omitempty"`
+	Freed   []int64      `msgpack:"fd,omitempty"`
+	Resumed *ChainLink   `msgpack:"rl,omitempty"`
 }
 
 // FrameUpdated: some of a frame's fields changed.

@@ -87,6 +87,10 @@ func RebuildFinished(own []Versioned) (f *Frame, ok bool, err error) {
 	s := &State{Scope: push.Scope, Frames: map[string]*Frame{}, Tokens: map[string]*TokenRecord{}}
 	fr := &Frame{ID: id, ParentID: push.ParentID, Goal: push.Goal, Inputs: cloneBytes(push.Inputs), Status: StatusActive,
 		Depth: push.Depth, Budget: push.Budget, Limits: push.Limits, CreatedAt: push.At, PushSeq: own[0].Version}
+	for _, c := range push.InDoubt { // carried on from the link it continues
+		c.Input = cloneBytes(c.Input)
+		fr.ToolCalls = append(fr.ToolCalls, c)
+	}
 	s.Frames[id] = fr
 	stored := map[string]string{}
 	for _, v := range own[1 : len(own)-1] {
@@ -149,6 +153,7 @@ func RebuildFinished(own []Versioned) (f *Frame, ok bool, err error) {
 	fr.Results = append([]ResultRef(nil), r.Results...)
 	fr.Kids, fr.CreatedAt, fr.CompletedAt, fr.PushSeq, fr.ContextHash = r.Kids, r.CreatedAt, r.CompletedAt, r.PushSeq, r.ContextHash
 	fr.LiveKids, fr.Suspension = 0, nil
+	fr.ContinuedFrom, fr.ContinuedTo, fr.ChainRoot, fr.ContextWindow = r.ContinuedFrom, r.ContinuedTo, r.ChainRoot, r.ContextWindow
 	return fr, true, nil
 }
 
@@ -158,7 +163,7 @@ func FromRecord(r *FrameRecord) *Frame {
 	return &Frame{ID: r.ID, ParentID: r.ParentID, Goal: r.Goal, Status: r.Status, Depth: r.Depth, Budget: r.Budget,
 		Limits: r.Limits, Cost: r.Cost, Results: append([]ResultRef(nil), r.Results...), Kids: r.Kids,
 		CreatedAt: r.CreatedAt, CompletedAt: r.CompletedAt, PushSeq: r.PushSeq, ContextHash: r.ContextHash, ContextTokens: r.ContextTokens,
-		ContinuedFrom: r.ContinuedFrom, ContinuedTo: r.ContinuedTo, ChainRoot: r.ChainRoot}
+		ContinuedFrom: r.ContinuedFrom, ContinuedTo: r.ContinuedTo, ChainRoot: r.ChainRoot, ContextWindow: r.ContextWindow}
 }
 
 // HistoricView is a read-only state that holds path — a frame and its

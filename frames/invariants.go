@@ -75,7 +75,9 @@ func CheckInvariants(s *State) error {
 				allocated += c.Budget.Total
 				live++
 			}
-			descendants += 1 + c.Cost.Spawns
+			if c.Status != StatusContinued { // its continuation carries its cost and counts
+				descendants += 1 + c.Cost.Spawns
+			}
 		}
 		if int64(live) != f.LiveKids {
 			return bad("frame %q counts %d live children, has %d", id, f.LiveKids, live)
@@ -142,6 +144,27 @@ func CheckInvariants(s *State) error {
 	for _, a := range s.Abandoned {
 		if a.Call.Finished || a.Status.Live() || s.Frames[a.FrameID] != nil {
 			return bad("abandoned call %q of frame %q is not one", a.Call.ID, a.FrameID)
+		}
+	}
+	for root, c := range s.Chains {
+		if c == nil || c.Root != root || len(c.Links) == 0 {
+			return bad("chain %q malformed", root)
+		}
+		for _, l := range c.Links {
+			if s.LinkRoots[l.ID] != root {
+				return bad("link %q of chain %q has root %q", l.ID, root, s.LinkRoots[l.ID])
+			}
+		}
+		if h := c.link(c.Head); h != nil && h.To != "" && s.LinkRoots[h.To] == "" {
+			continue // between a continuation's pop and the push that follows it in the same append
+		}
+		if links, _, err := s.ChainLinks(root); err != nil || len(links) != len(c.Links) {
+			return bad("chain %q: %d of %d links reachable (%v)", root, len(links), len(c.Links), err)
+		}
+	}
+	for id, f := range s.Frames {
+		if f.ChainRoot != "" && s.LinkRoots[id] != f.ChainRoot {
+			return bad("frame %q of chain %q is not a link of it", id, f.ChainRoot)
 		}
 	}
 	return checkContentInvariants(s)

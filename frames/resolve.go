@@ -1,6 +1,7 @@
 package frames
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/stateindex/stateindex/compaction"
@@ -107,6 +108,10 @@ func (e *FinishedError) Unwrap() error { return ErrFrameNotLive }
 // lookupLive is LookupFrame for a frame that must still be live.
 func lookupLive(cfg Config, s *State, id string) (*Frame, error) {
 	f, err := LookupFrame(cfg, s, id)
+	var fin *FinishedError
+	if errors.As(err, &fin) && fin.Status == StatusContinued {
+		return nil, s.continued(fin.ID)
+	}
 	if err != nil {
 		return nil, err
 	}

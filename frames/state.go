@@ -80,6 +80,10 @@ type State struct {
 	// Content is the content stored by reference that live handles refer
 	// to, by hash (see ContentStored).
 	Content map[string]*StoredContent `msgpack:"cs,omitempty"`
+	// Chains are the scope's continuation chains by root, and LinkRoots
+	// every chain link's root (only chain links: see chain.go).
+	Chains    map[string]*Chain `msgpack:"chn,omitempty"`
+	LinkRoots map[string]string `msgpack:"chl,omitempty"`
 	// Finished counts the frames that finished.
 	Finished int64 `msgpack:"fn"`
 	// RemovedThrough is the version the scope's history was removed
@@ -243,6 +247,9 @@ func (s *State) Pending() []PendingWork {
 		if f == nil {
 			continue
 		}
+		if f.Status == StatusContinued {
+			continue // its open calls went on, in doubt, with its continuation
+		}
 		for _, c := range f.Abandoned() {
 			abandoned(f.ID, f.Status, c)
 		}
@@ -292,6 +299,7 @@ func (s *State) Clone() *State {
 			c.Content[h] = &cc
 		}
 	}
+	s.cloneChains(&c)
 	c.Abandoned = nil
 	for _, a := range s.Abandoned {
 		a.Call.Input = cloneBytes(a.Call.Input)

@@ -196,6 +196,15 @@ type Frame struct {
 	ContinuedFrom string `msgpack:"cf,omitempty"`
 	ContinuedTo   string `msgpack:"cto,omitempty"`
 	ChainRoot     string `msgpack:"cr,omitempty"`
+	// ContextWindow is the frame's context window in tokens, when the push
+	// set one or inherited its parent's (0: none set; pressure then reads
+	// against Config.DefaultContextWindow, and compaction is not held to
+	// the refusal rule — see Freed).
+	ContextWindow int64 `msgpack:"cw,omitempty"`
+	// Freed holds what the frame's last two compactions or continuations
+	// freed, oldest first (a continuation carries it to the next link): the
+	// refusal rule reads it (see CheckFreed).
+	Freed []int64 `msgpack:"fd,omitempty"`
 
 	handleIdx map[string]int // id -> index in Handles; rebuilt when stale
 }
@@ -279,6 +288,7 @@ func (f *Frame) Clone() *Frame {
 	}
 	c.Results = append([]ResultRef(nil), f.Results...)
 	c.Children = append([]string(nil), f.Children...)
+	c.Freed = append([]int64(nil), f.Freed...)
 	if f.Suspension != nil {
 		s := *f.Suspension
 		if s.Limit != nil {
@@ -322,6 +332,7 @@ type FrameRecord struct {
 	ContinuedFrom string             `msgpack:"cf,omitempty"`
 	ContinuedTo   string             `msgpack:"cto,omitempty"`
 	ChainRoot     string             `msgpack:"cr,omitempty"`
+	ContextWindow int64              `msgpack:"cw,omitempty"`
 }
 
 // RecordOf returns f's record as it stands.
@@ -331,7 +342,7 @@ func RecordOf(f *Frame) FrameRecord {
 		Limits: f.Limits, Cost: f.Cost, Results: append([]ResultRef(nil), f.Results...), Handles: int64(len(f.Handles)),
 		ContextTokens: f.ContextTokens, ToolCalls: int64(len(f.ToolCalls)), Kids: f.Kids, CreatedAt: f.CreatedAt,
 		CompletedAt: f.CompletedAt, PushSeq: f.PushSeq, ContextHash: f.ContextHash,
-		ContinuedFrom: f.ContinuedFrom, ContinuedTo: f.ContinuedTo, ChainRoot: f.ChainRoot,
+		ContinuedFrom: f.ContinuedFrom, ContinuedTo: f.ContinuedTo, ChainRoot: f.ChainRoot, ContextWindow: f.ContextWindow,
 	}
 }
 

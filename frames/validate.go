@@ -19,6 +19,17 @@ type Config struct {
 	// ContentRefBytes is the size from which a handle's content is stored
 	// once, by reference (ContentStored); 0 keeps every content inline.
 	ContentRefBytes int
+	// DefaultContextWindow is the context window, in tokens, of a frame
+	// that has none of its own (0: DefaultContextWindow).
+	DefaultContextWindow int64
+	// ContinueAt is the pressure, in permille of the window, at which a
+	// context-changing mutation continues its frame in the same append
+	// (automatic continuation); 0 is off.
+	ContinueAt int64
+	// ResumeCeiling is the default of ContinueFrame.ResumeCeiling: the
+	// tokens of trailing context a continuation carries (0:
+	// DefaultResumeCeiling).
+	ResumeCeiling int64
 }
 
 // DefaultConfig returns the limits of DESIGN §6.
@@ -33,6 +44,9 @@ func DefaultConfig() Config {
 		MaxDepth:           64,
 		MaxHandlesPerFrame: 100_000,
 		ContentRefBytes:    DefaultContentRefBytes,
+
+		DefaultContextWindow: DefaultContextWindow,
+		ResumeCeiling:        DefaultResumeCeiling,
 	}
 }
 
@@ -43,6 +57,10 @@ func (c Config) Validate() error {
 		if v <= 0 {
 			return invalid("config bounds must be positive: %+v", c)
 		}
+	}
+	if c.DefaultContextWindow < 0 || c.ResumeCeiling < 0 || c.ContinueAt < 0 || c.ContinueAt > 1000 {
+		return invalid("context window %d, resume ceiling %d and continue_at %d permille must be non-negative (continue_at at most 1000)",
+			c.DefaultContextWindow, c.ResumeCeiling, c.ContinueAt)
 	}
 	if c.ContentRefBytes < 0 {
 		return invalid("content_ref_bytes %d is negative", c.ContentRefBytes)

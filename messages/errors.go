@@ -38,6 +38,11 @@ const (
 	CodeUnavailable           Code = "unavailable"
 	CodeBadRequest            Code = "bad_request"
 	CodeInternal              Code = "internal"
+	// CodeFrameContinued: the frame was continued; Error.Head names its
+	// chain's head, where the work goes on.
+	CodeFrameContinued Code = "frame_continued"
+	// CodeChainRunning: a chain whose head is still live cannot be resumed.
+	CodeChainRunning Code = "chain_running"
 )
 
 // Error is the typed error every reply can carry. It is an error value, so
@@ -54,6 +59,8 @@ type Error struct {
 	Available int64 `msgpack:"av,omitempty"`
 	// Version is the scope's current version for version_conflict.
 	Version int64 `msgpack:"v,omitempty"`
+	// Head is set for frame_continued: the head of the frame's chain.
+	Head string `msgpack:"hd,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -107,4 +114,6 @@ var (
 	ErrUnavailable           = &Error{Code: CodeUnavailable}
 	ErrBadRequest            = &Error{Code: CodeBadRequest}
 	ErrInternal              = &Error{Code: CodeInternal}
+	ErrFrameContinued        = &Error{Code: CodeFrameContinued}
+	ErrChainRunning          = &Error{Code: CodeChainRunning}
 )

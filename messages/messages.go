@@ -120,6 +120,10 @@ type PushFrame struct {
 	Inputs   []byte             `msgpack:"in,omitempty"`
 	Budget   budget.TokenBudget `msgpack:"b"`
 	Limits   budget.Limits      `msgpack:"l"`
+	// ContextWindow is the frame's context window in tokens: the pressure
+	// replies report is its live context against it. 0 inherits the
+	// parent's (a root: the server's default, 200,000).
+	ContextWindow int64 `msgpack:"cw,omitempty"`
 }
 
 // PushFrameReply names the new frame.
@@ -191,6 +195,7 @@ type AddContextHandleReply struct {
 	FrameID  string `msgpack:"f"`
 	HandleID string `msgpack:"h"`
 	Tokens   int64  `msgpack:"t"`
+	ContextChange
 }
 
 // AddResult records a result reference on a frame.
@@ -263,6 +268,7 @@ type FinishToolCallReply struct {
 	CallHandleID   string `msgpack:"ch"`
 	ResultHandleID string `msgpack:"rh"`
 	Tokens         int64  `msgpack:"t"`
+	ContextChange
 }
 
 // AssembleContextPack asks for a frame's context fitted to a token budget.
@@ -335,6 +341,8 @@ type ContextPack struct {
 	// summary segment stands for.
 	Dropped    []string `msgpack:"dr,omitempty"`
 	Summarized []string `msgpack:"sm,omitempty"`
+	// ChainHead is the head of the chain the packed frame is a link of.
+	ChainHead string `msgpack:"chh,omitempty"`
 }
 
 // SuspendFrame pauses a frame and returns a signed, single-use token.
@@ -415,6 +423,7 @@ type CompactionResult struct {
 	ItemsSummarized int      `msgpack:"is"`
 	Removed         []string `msgpack:"rm,omitempty"`
 	SummaryID       string   `msgpack:"su,omitempty"`
+	ContextChange
 }
 
 // ResumeActor recovers a scope, typically from an actor's Started handler.
@@ -480,6 +489,9 @@ type GetFrame struct {
 type GetFrameReply struct {
 	Result `msgpack:",inline"`
 	Frame  *frames.Frame `msgpack:"fr,omitempty"`
+	// ChainHead is the head of the continuation chain the frame is a link
+	// of ("" for a frame in none).
+	ChainHead string `msgpack:"chh,omitempty"`
 }
 
 // GetStack reads the path root → frame (the top of the stack when FrameID
@@ -493,6 +505,8 @@ type GetStack struct {
 type GetStackReply struct {
 	Result `msgpack:",inline"`
 	Frames []FrameSummary `msgpack:"fs,omitempty"`
+	// ChainHead is the head of the chain the frame read is a link of.
+	ChainHead string `msgpack:"chh,omitempty"`
 }
 
 // ApplyRetention records that the scope's history through Through is
@@ -546,3 +560,155 @@ type DestroyScopeReply struct {
 	Tokens    int64    `msgpack:"tk,omitempty"`
 	Removed   int64    `msgpack:"rm,omitempty"`
 }
+
+// Pressure is a frame's live context against its context window: Tokens
+// of Window, Permille rounded down.
+type Pressure struct {
+	Tokens   int64 `msgpack:"t"`
+	Window   int64 `msgpack:"w"`
+	Permille int64 `msgpack:"pm"`
+}
+
+// Continuation says a frame was continued: From, the link that ended, To,
+// the new one (the chain's head).
+type Continuation struct {
+	From string `msgpack:"f"`
+	To   string `msgpack:"t"`
+}
+
+// ContextChange is embedded in the replies of requests that change a
+// frame's context. Pressure is the frame's (the new link's, after a
+// continuation) as the reply is built — a repeated request id reports it
+// as it stands then, nil once the frame has finished. Continued is set
+// when the request crossed the automatic continuation threshold and the
+// frame was continued in the same append; ContinueSkipped, when it crossed
+// it and the continuation was refused (the reason; the request itself was
+// applied).
+type ContextChange struct {
+	Pressure        *Pressure     `msgpack:"pr,omitempty"`
+	Continued       *Continuation `msgpack:"co,omitempty"`
+	ContinueSkipped string        `msgpack:"cs,omitempty"`
+}
+
+// Change returns the reply's context change, for the server to fill.
+func (c *ContextChange) Change() *ContextChange { return c }
+
+// ContextChanger is a reply that embeds ContextChange; PressureFrame is
+// the frame whose pressure it reports.
+type ContextChanger interface {
+	Reply
+	Change() *ContextChange
+	PressureFrame() string
+}
+
+// PressureFrame implements ContextChanger.
+func (r *AddContextHandleReply) PressureFrame() string { return r.FrameID }
+
+// PressureFrame implements ContextChanger.
+func (r *FinishToolCallReply) PressureFrame() string { return r.FrameID }
+
+// PressureFrame implements ContextChanger.
+func (r *CompactionResult) PressureFrame() string { return r.FrameID }
+
+// PressureFrame implements ContextChanger.
+func (r *ContinueFrameReply) PressureFrame() string { return r.FrameID }
+
+// PressureFrame implements ContextChanger.
+func (r *ResumeChainReply) PressureFrame() string { return r.FrameID }
+
+// ContinueFrame continues a frame whose context fills (DESIGN §10): it
+// becomes continued, and a new frame — its sibling, with the same
+// allocation, carrying its cost on — takes over with every Critical
+// handle, the trailing handles that fit ResumeCeiling (default 16,000
+// tokens; whole tool calls, from a user's message), the tool calls still
+// in doubt, a summary of the rest (Summary "": the server's summarizer;
+// "none": none; any other text: yours, framed as state) and a segment
+// telling the model it was continued. Mutations naming the old frame then
+// fail with frame_continued, naming the head. A continuation that would
+// free less than 5% of the window, or the second in a row to free no
+// more than the one before, is refused (compaction_refused).
+type ContinueFrame struct {
+	Header        `msgpack:",inline"`
+	FrameID       string `msgpack:"f,omitempty"`
+	ResumeCeiling int64  `msgpack:"rc,omitempty"`
+	Summary       string `msgpack:"s,omitempty"`
+}
+
+// ContinueFrameReply names the new link and what it carries.
+type ContinueFrameReply struct {
+	Result `msgpack:",inline"`
+	// From is the frame continued; FrameID the new one (the chain's head).
+	From    string `msgpack:"fr"`
+	FrameID string `msgpack:"f"`
+	// Carried counts the handles carried over (the segment and summary
+	// not included), InDoubt the tool calls carried in doubt.
+	Carried   int    `msgpack:"n"`
+	InDoubt   int    `msgpack:"id,omitempty"`
+	SummaryID string `msgpack:"su,omitempty"`
+	SegmentID string `msgpack:"sg"`
+	// TokensBefore is the old frame's live context, TokensAfter the new
+	// one's.
+	TokensBefore int64 `msgpack:"tb"`
+	TokensAfter  int64 `msgpack:"ta"`
+	ContextChange
+}
+
+// GetChain reads the continuation chain a frame is a link of (any link).
+type GetChain struct {
+	Header  `msgpack:",inline"`
+	FrameID string `msgpack:"f"`
+}
+
+// ChainLink is one link of a chain. Tokens is its live context when it
+// was continued or finished (0 while live); Version its frame.pushed's.
+type ChainLink struct {
+	FrameID     string        `msgpack:"f"`
+	Status      frames.Status `msgpack:"st"`
+	Tokens      int64         `msgpack:"t,omitempty"`
+	CreatedAt   int64         `msgpack:"at"`
+	CompletedAt int64         `msgpack:"ca,omitempty"`
+	Version     int64         `msgpack:"v"`
+}
+
+// GetChainReply lists the chain root → head. A frame in no chain is a
+// chain of one link.
+type GetChainReply struct {
+	Result `msgpack:",inline"`
+	Root   string      `msgpack:"r"`
+	Head   string      `msgpack:"h"`
+	Links  []ChainLink `msgpack:"l"`
+}
+
+// ResumeChain resumes a finished chain (any link names it) with a user's
+// message: its head must be completed, failed or cancelled (a running
+// chain is refused: chain_running). The new link is the head's sibling if
+// its parent is live — with Budget (default: the head's total, allocated
+// anew) and Limits (default: the head's) — else a new root, which needs
+// Budget. It carries what a continuation carries, then Message as a user's
+// handle. Idempotent by request id.
+type ResumeChain struct {
+	Header        `msgpack:",inline"`
+	ChainID       string             `msgpack:"c"`
+	Message       string             `msgpack:"m"`
+	Budget        budget.TokenBudget `msgpack:"b"`
+	Limits        budget.Limits      `msgpack:"l"`
+	ResumeCeiling int64              `msgpack:"rc,omitempty"`
+}
+
+// ResumeChainReply names the new link.
+type ResumeChainReply struct {
+	Result    `msgpack:",inline"`
+	From      string `msgpack:"fr"` // the head resumed
+	FrameID   string `msgpack:"f"`  // the new link
+	Root      string `msgpack:"r"`
+	ParentID  string `msgpack:"pa,omitempty"`
+	Carried   int    `msgpack:"n"`
+	MessageID string `msgpack:"mh"`
+	ContextChange
+}
+
+// Mut returns the header of a mutating request.
+func (r *ContinueFrame) Mut() *Header { return &r.Header }
+
+// Mut returns the header of a mutating request.
+func (r *ResumeChain) Mut() *Header { return &r.Header }

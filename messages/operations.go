@@ -25,6 +25,9 @@ const (
 	OpApplyRetention
 	OpDestroyScope
 	OpSearchChain
+	OpContinueFrame
+	OpGetChain
+	OpResumeChain
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -86,6 +89,12 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(DestroyScope) }, NewReply: func() Reply { return new(DestroyScopeReply) }},
 	OpSearchChain: {Name: "SearchChain", ReplyName: "SearchChainReply",
 		NewRequest: func() Request { return new(SearchChain) }, NewReply: func() Reply { return new(SearchChainReply) }},
+	OpContinueFrame: {Name: "ContinueFrame", ReplyName: "ContinueFrameReply", Mutates: true,
+		NewRequest: func() Request { return new(ContinueFrame) }, NewReply: func() Reply { return new(ContinueFrameReply) }},
+	OpGetChain: {Name: "GetChain", ReplyName: "GetChainReply",
+		NewRequest: func() Request { return new(GetChain) }, NewReply: func() Reply { return new(GetChainReply) }},
+	OpResumeChain: {Name: "ResumeChain", ReplyName: "ResumeChainReply", Mutates: true,
+		NewRequest: func() Request { return new(ResumeChain) }, NewReply: func() Reply { return new(ResumeChainReply) }},
 }
 
 func init() {
@@ -180,3 +189,12 @@ func (*ApplyRetention) Op() Op { return OpApplyRetention }
 
 // Op returns OpDestroyScope.
 func (*DestroyScope) Op() Op { return OpDestroyScope }
+
+// Op returns OpContinueFrame.
+func (*ContinueFrame) Op() Op { return OpContinueFrame }
+
+// Op returns OpGetChain.
+func (*GetChain) Op() Op { return OpGetChain }
+
+// Op returns OpResumeChain.
+func (*ResumeChain) Op() Op { return OpResumeChain }

@@ -251,6 +251,9 @@ func appendGetStackReply(b []byte, m *messages.GetStackReply) ([]byte, error) {
 	if len(m.Frames) > 0 {
 		n++
 	}
+	if m.ChainHead != "" {
+		n++
+	}
 	b = appendMapLen(b, n)
 	var err error
 	if m.Err != nil {
@@ -266,6 +269,9 @@ func appendGetStackReply(b []byte, m *messages.GetStackReply) ([]byte, error) {
 				return nil, err
 			}
 		}
+	}
+	if m.ChainHead != "" {
+		b = appendStr(appendStr(b, "chh"), m.ChainHead)
 	}
 	return b, nil
 }
@@ -688,6 +694,8 @@ func readGetStackReply(r *reader, m *messages.GetStackReply) error {
 			return 1
 		case "fs":
 			return 2
+		case "chh":
+			return 3
 		}
 		return -1
 	}, func(r *reader, i int) (err error) {
@@ -697,6 +705,9 @@ func readGetStackReply(r *reader, m *messages.GetStackReply) error {
 			return r.other(m.Err)
 		case 1:
 			m.Version, err = r.int()
+			return err
+		case 3:
+			m.ChainHead, err = r.str()
 			return err
 		}
 		n, err := r.arrayLen()

@@ -114,6 +114,8 @@ func format(ptr any) string {
 		return strconv.Itoa(*p)
 	case *int64:
 		return strconv.FormatInt(*p, 10)
+	case *float64:
+		return strconv.FormatFloat(*p, 'g', -1, 64)
 	case *time.Duration:
 		return formatDuration(*p)
 	case *bool:

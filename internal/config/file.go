@@ -23,6 +23,7 @@ type File struct {
 	Idempotency    Idempotency
 	Tokens         Tokens
 	Limits         frames.Config
+	Continuation   Continuation
 	RequestTimeout time.Duration
 	Remoting       Remoting
 	Cluster        Cluster
@@ -33,6 +34,15 @@ type File struct {
 	Sources []string
 
 	origins map[string]Origin // by key path; absent means the default
+}
+
+// Continuation configures automatic continuation (DESIGN §10): off
+// unless Auto; Threshold is the fraction of a frame's context window at
+// which a write continues it (frames.Config.ContinueAt, in permille). The
+// resume ceiling is Limits.ResumeCeiling (continuation.resume_ceiling).
+type Continuation struct {
+	Auto      bool
+	Threshold float64
 }
 
 // Cache bounds the hot scopes kept in memory.
@@ -110,6 +120,7 @@ func Default() *File {
 		Idempotency:    Idempotency{Horizon: d.RequestHorizon, ClockSkew: d.ClockSkew},
 		Tokens:         Tokens{TTL: d.TokenTTL, MaxTTL: d.MaxTokenTTL},
 		Limits:         d.Frames,
+		Continuation:   Continuation{Threshold: float64(frames.DefaultContinueAt) / 1000},
 		RequestTimeout: d.RequestTimeout,
 		Remoting:       Remoting{MaxMessageBytes: wire.DefaultMaxBytes},
 		Cluster:        Cluster{HealthInterval: time.Second},
@@ -127,6 +138,13 @@ func (f *File) Origin(key string) Origin { return f.origins[key] }
 func (f *File) ActorsConfig(base actors.Config) actors.Config {
 	c := base
 	c.Frames = f.Limits
+	c.Frames.ContinueAt = 0
+	if f.Continuation.Auto {
+		c.Frames.ContinueAt = int64(f.Continuation.Threshold*1000 + 0.5)
+		if c.Frames.ContinueAt <= 0 {
+			c.Frames.ContinueAt = frames.DefaultContinueAt
+		}
+	}
 	c.Shards = f.Shards
 	c.SnapshotEvery = f.SnapshotEvery
 	c.CacheScopes, c.CacheBytes = f.Cache.Scopes, f.Cache.MiB<<20

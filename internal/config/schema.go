@@ -55,6 +55,10 @@ var retentionKeys = []struct {
 		func(o *RetentionOverride) any { o.ArchiveDir = new(string); return o.ArchiveDir }},
 }
 
+// threshold is a fraction of the context window, above 0 and at most 1.
+var threshold = spec{check: func(s string) bool { f, err := strconv.ParseFloat(s, 64); return err == nil && f > 0 && f <= 1 },
+	want: "a fraction of the window above 0 and at most 1 (0.9: 90%)"}
+
 var logLevel = spec{check: func(s string) bool { var l slog.Level; return l.UnmarshalText([]byte(s)) == nil }, want: "debug, info, warn or error"}
 
 // settings is the schema: every key a file may set.
@@ -84,6 +88,10 @@ var settings = func() []setting {
 		{key: "limits.max_name_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxNameBytes }},
 		{key: "limits.max_depth", spec: positive(), field: func(f *File) any { return &f.Limits.MaxDepth }},
 		{key: "limits.max_handles_per_frame", spec: positive(), field: func(f *File) any { return &f.Limits.MaxHandlesPerFrame }},
+		{key: "limits.context_window", spec: positive(), field: func(f *File) any { return &f.Limits.DefaultContextWindow }},
+		{key: "continuation.auto", field: func(f *File) any { return &f.Continuation.Auto }},
+		{key: "continuation.threshold", spec: threshold, field: func(f *File) any { return &f.Continuation.Threshold }},
+		{key: "continuation.resume_ceiling", spec: positive(), field: func(f *File) any { return &f.Limits.ResumeCeiling }},
 		{key: "request_timeout", spec: positive(), field: func(f *File) any { return &f.RequestTimeout }},
 		{key: "remoting.listen", flag: "listen", usage: "serve remote actors over Proto.Actor remoting at HOST:PORT (the address they reach it at)", field: func(f *File) any { return &f.Remoting.Listen }},
 		{key: "remoting.max_message_bytes", flag: "max-message-bytes", usage: "largest encoded remote request or reply", spec: positive(), field: func(f *File) any { return &f.Remoting.MaxMessageBytes }},
@@ -197,6 +205,15 @@ func assign(sp spec, ptr any, node *yaml.Node, text string, o Origin, key string
 			return fail("must be %s, got %q", sp.want, text)
 		}
 		*p = text
+	case *float64:
+		f, err := strconv.ParseFloat(text, 64)
+		if !tagIs("!!float", "!!int") || err != nil {
+			return fail("must be a number, got %s", describeText(node, text))
+		}
+		if sp.check != nil && !sp.check(text) {
+			return fail("must be %s, got %s", sp.want, text)
+		}
+		*p = f
 	case *bool:
 		text = strings.ToLower(text)
 		switch {
@@ -253,6 +270,8 @@ func wantOf(ptr any) string {
 		return "on or off"
 	case *[]string:
 		return "a list of strings"
+	case *float64:
+		return "a number"
 	}
 	return "a string"
 }

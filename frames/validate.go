@@ -19,6 +19,12 @@ type Config struct {
 	// ContentRefBytes is the size from which a handle's content is stored
 	// once, by reference (ContentStored); 0 keeps every content inline.
 	ContentRefBytes int
+	// CalibrationSamples is how many calibration samples a scope keeps
+	// (0: DefaultCalibrationSamples; at most MaxCalibrationSamples);
+	// CalibrationMargin is the margin taken off a calibrated pack budget,
+	// in permille (0..999; DefaultConfig: DefaultCalibrationMargin).
+	CalibrationSamples int
+	CalibrationMargin  int
 }
 
 // DefaultConfig returns the limits of DESIGN §6.
@@ -33,6 +39,8 @@ func DefaultConfig() Config {
 		MaxDepth:           64,
 		MaxHandlesPerFrame: 100_000,
 		ContentRefBytes:    DefaultContentRefBytes,
+		CalibrationSamples: DefaultCalibrationSamples,
+		CalibrationMargin:  DefaultCalibrationMargin,
 	}
 }
 
@@ -47,7 +55,7 @@ func (c Config) Validate() error {
 	if c.ContentRefBytes < 0 {
 		return invalid("content_ref_bytes %d is negative", c.ContentRefBytes)
 	}
-	return nil
+	return c.validateCalibration()
 }
 
 // ValidateScope checks a scope name against ^[A-Za-z0-9._:-]{1,max}$.

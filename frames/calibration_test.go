@@ -311,3 +311,48 @@ func TestCalibrationReplay(t *testing.T) {
 	require.Equal(t, c1, c2)
 	require.Less(t, e1, int64(10_000))
 }
+
+// For any samples, budget and frame, a calibrated pack keeps Used ≤
+// EffectiveBudget ≤ 2 × Budget, its effective budget is Calibrate's, and a
+// refusal's Needed succeeds.
+func TestPropertyCalibratedPack(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		w := newWorld(t)
+		w.cfg.CalibrationMargin = rapid.IntRange(0, 999).Draw(rt, "margin")
+		w.push("f", "", 1<<30)
+		for i, n := 0, rapid.IntRange(0, 5).Draw(rt, "samples"); i < n; i++ {
+			p := rapid.Int64Range(1, 100_000).Draw(rt, "pack")
+			q := rapid.Int64Range((p+9)/10, p*10).Draw(rt, "provider")
+			w.calibrate("f", sample(rapid.SampledFrom([]string{"c", "d"}).Draw(rt, "counter"), p, q))
+		}
+		for i, n := 0, rapid.IntRange(0, 10).Draw(rt, "handles"); i < n; i++ {
+			content := strings.Repeat("abcd ", rapid.IntRange(1, 400).Draw(rt, "size"))
+			prio := compaction.Priority(rapid.IntRange(1, 5).Draw(rt, "prio"))
+			tok := int64(len(content)+3) / 4
+			w.must(&frames.AddContextHandle{Header: w.hdr(), FrameID: "f", Handle: frames.ContextHandle{ID: "h" + string(rune('a'+i)), Kind: "text",
+				Priority: prio, Content: content, Tokens: tok, LightTokens: tok}})
+		}
+		q := frames.PackQuery{Budget: rapid.Int64Range(frames.MinPackBudget, 5000).Draw(rt, "budget"), CounterName: "c"}
+		p, err := frames.AssemblePack(w.cfg, w.s, q, nil)
+		if err != nil {
+			var coe *compaction.CriticalOverflowError
+			require.True(t, errors.As(err, &coe), "%v", err)
+			q.Budget = coe.Needed
+			p, err = frames.AssemblePack(w.cfg, w.s, q, nil)
+			require.NoError(t, err, "Needed %d does not succeed", coe.Needed)
+		}
+		eff, cal := frames.Calibrate(w.cfg, w.s, "c", q.Budget)
+		require.Equal(t, eff, p.EffectiveBudget)
+		require.Equal(t, cal == nil, p.Calibration == nil)
+		require.LessOrEqual(t, p.Used, p.EffectiveBudget)
+		require.LessOrEqual(t, p.EffectiveBudget, 2*q.Budget)
+		if p.Calibration != nil {
+			require.Equal(t, eff, p.Calibration.EffectiveBudget)
+			// Used × ratio, rounded up: between Used × (permille − 1) and
+			// Used × permille, over 1000.
+			est, r := p.Calibration.EstimatedProviderTokens, p.Calibration.MaxRatioPermille
+			require.GreaterOrEqual(t, est*1000, p.Used*(r-1))
+			require.LessOrEqual(t, est, (p.Used*r+999)/1000)
+		}
+	})
+}

@@ -172,12 +172,13 @@ func AssemblePack(cfg Config, s *State, q PackQuery, buf *PackBuffers) (Pack, er
 		if need > budget {
 			// Needed: the Critical content with the whole brief and
 			// breadcrumbs, so that asking again cuts nothing.
-			needed := max(need+head.tokens(), MinPackBudget)
+			needed, calibrated := max(need+head.tokens(), MinPackBudget), ""
 			if cal != nil {
 				needed = requestedFor(cfg, s, q.CounterName, need+head.tokens())
+				calibrated = fmt.Sprintf(" (calibrated budget %d)", budget)
 			}
-			return Pack{}, fmt.Errorf("frame %q: critical content needs %d tokens and the brief and breadcrumbs %d (effective budget %d): %w",
-				f.ID, need, head.tokens(), budget, &compaction.CriticalOverflowError{Needed: needed, Budget: q.Budget})
+			return Pack{}, fmt.Errorf("frame %q: critical content needs %d tokens and the brief and breadcrumbs %d%s: %w",
+				f.ID, need, head.tokens(), calibrated, &compaction.CriticalOverflowError{Needed: needed, Budget: q.Budget})
 		}
 		head.squeeze(budget - need)
 		if fit, err = buf.Fitter.Fit(buf.items, budget-head.tokens(), opts); err != nil {

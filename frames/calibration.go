@@ -2,6 +2,7 @@ package frames
 
 import (
 	"math"
+	"math/big"
 	"math/bits"
 )
 
@@ -161,12 +162,21 @@ func calibrate(cfg Config, s *State, counter string, budget int64) (int64, *Pack
 // effectiveBudget is min(floor(budget × p × k / (q × 1000)), 2 × budget)
 // for positive budget, p, q and k in 1..1000, exactly, in 128-bit steps:
 // budget × p = Q1 × q + R1; Q1 × k = 1000a + b; then budget×p×k / (1000q)
-// = a + (b×q + R1×k) / (1000q), and that last fraction is below 2.
+// = a + (b×q + R1×k) / (1000q), and that last fraction is below 2. Only
+// when Q1 does not fit 64 bits is it computed in big integers.
 func effectiveBudget(budget, p, q, k int64) int64 {
 	limit := uint64(budget) * calibrationGrowth // < 2^64: budget < 2^63
 	hi, lo := bits.Mul64(uint64(budget), uint64(p))
-	if hi >= uint64(q) { // Q1 ≥ 2^64
-		return clampInt64(limit)
+	if hi >= uint64(q) {
+		// Q1 ≥ 2^64 (a budget near 2^63 over a ratio of several): the
+		// rare way, in big integers.
+		n := new(big.Int).Mul(big.NewInt(budget), big.NewInt(p))
+		n.Mul(n, big.NewInt(k))
+		n.Quo(n, new(big.Int).Mul(big.NewInt(q), big.NewInt(1000)))
+		if !n.IsUint64() {
+			return clampInt64(limit)
+		}
+		return clampInt64(min(n.Uint64(), limit))
 	}
 	q1, r1 := bits.Div64(hi, lo, uint64(q))
 	hi, lo = bits.Mul64(q1, uint64(k)) // hi < k ≤ 1000

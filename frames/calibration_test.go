@@ -96,6 +96,9 @@ func TestCalibrate(t *testing.T) {
 		{"growth capped at 2x", []*frames.CalibrationSample{sample("est", 1000, 100)}, "est", 30, 10_000, 20_000, 1, 100},
 		{"agreeing counts leave the margin", []*frames.CalibrationSample{sample("est", 4242, 4242)}, "est", 30, 10_000, 9700, 1, 1000},
 		{"largest budget", []*frames.CalibrationSample{sample("est", 1000, 100)}, "est", 30, math.MaxInt64, math.MaxInt64, 1, 100},
+		// budget × pack ÷ provider past 2^64, brought back under by a
+		// margin of 99.9% (found by TestCalibrateExactAndOverflowFree).
+		{"intermediate past 64 bits", []*frames.CalibrationSample{sample("est", 1048576, 104866)}, "est", 999, 3361561197471316584, 33612919289375805, 1, 101},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := frames.DefaultConfig()

@@ -250,7 +250,7 @@ func init() {
 		messages.OpRecordUsage: mutation(
 			func(h *handler, st *frames.State, r *messages.RecordUsage, hdr frames.Header) (frames.Command, error) {
 				id, err := frames.ResolveFrame(st, r.FrameID)
-				return &frames.RecordUsage{Header: hdr, FrameID: id, Cost: r.Cost, Mint: h.mint(hdr.Now, 0)}, err
+				return &frames.RecordUsage{Header: hdr, FrameID: id, Cost: r.Cost, Mint: h.mint(hdr.Now, 0), Calibration: calibrationSample(r.Calibration)}, err
 			},
 			func(h *handler, _ *messages.RecordUsage, evs []frames.Event, res messages.Result) (messages.Reply, error) {
 				return &messages.RecordUsageReply{Result: res, FrameID: frameOf(evs), Suspension: h.suspension(evs[1:], res.Version)}, nil
@@ -913,7 +913,7 @@ const MinPackBudget = frames.MinPackBudget
 // shard's buffers, and turns it into the reply.
 func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) messages.Reply {
 	p, err := frames.AssemblePack(h.cfg.Frames, st, frames.PackQuery{FrameID: r.FrameID, Budget: r.BudgetTokens, Role: r.Role,
-		Include: r.IncludeHandles, Exclude: r.ExcludeHandles, MinLevel: r.MinCompaction, Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer}, &h.pack)
+		Include: r.IncludeHandles, Exclude: r.ExcludeHandles, MinLevel: r.MinCompaction, Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer, CounterName: h.cfg.CounterName}, &h.pack)
 	if err != nil {
 		return failure(r, toWire(err))
 	}
@@ -932,10 +932,27 @@ func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) me
 		BriefContext: p.Brief,
 		Breadcrumbs:  crumbs,
 		Segments:     segs,
-		TokenSummary: messages.TokenSummary{Budget: p.Budget, Used: p.Used, Remaining: p.Budget - p.Used,
+		TokenSummary: messages.TokenSummary{Budget: p.Budget, Used: p.Used, Remaining: p.EffectiveBudget - p.Used,
 			Breakdown:       messages.TokenBreakdown{Brief: p.BriefTokens, Breadcrumbs: p.CrumbTokens, Segments: p.SegmentTokens},
-			CompactionLevel: p.Level},
+			CompactionLevel: p.Level, Calibration: packCalibration(p.Calibration)},
 		Dropped:    p.Dropped,
 		Summarized: p.Summarized,
 	}
+}
+
+// calibrationSample and packCalibration map calibration between the wire
+// and the core.
+func calibrationSample(c *messages.Calibration) *frames.CalibrationSample {
+	if c == nil {
+		return nil
+	}
+	return &frames.CalibrationSample{Counter: c.Counter, PackTokens: c.PackTokens, ProviderTokens: c.ProviderInputTokens}
+}
+
+func packCalibration(c *frames.PackCalibration) *messages.PackCalibration {
+	if c == nil {
+		return nil
+	}
+	return &messages.PackCalibration{Counter: c.Counter, Samples: c.Samples, EffectiveBudget: c.EffectiveBudget,
+		MaxRatioPermille: c.MaxRatioPermille, EstimatedProviderTokens: c.EstimatedProviderTokens}
 }

@@ -491,6 +491,17 @@ func applyUsage(s *State, e *UsageRecorded) error {
 	if err := b.RecordUsage(tokens); err != nil {
 		return inconsistent("usage: %v", err)
 	}
+	if e.Calibration != nil {
+		if err := checkCalibration(e.Calibration, maxCounterBytes); err != nil {
+			return inconsistent("usage: %v", err)
+		}
+		if e.CalibrationKeep < 1 || e.CalibrationKeep > MaxCalibrationSamples {
+			return inconsistent("usage keeps %d calibration samples, not 1..%d", e.CalibrationKeep, MaxCalibrationSamples)
+		}
+		s.addCalibration(*e.Calibration, e.CalibrationKeep)
+	} else if e.CalibrationKeep != 0 {
+		return inconsistent("usage keeps %d calibration samples of none", e.CalibrationKeep)
+	}
 	f.Cost, f.Budget = cost, b
 	return nil
 }

@@ -97,6 +97,9 @@ type RecordUsage struct {
 	FrameID string
 	Cost    budget.Cost // Spawns must be zero: spawns are counted by pushes
 	Mint    Mint
+	// Calibration, if set, is the pack the usage was for: its own count
+	// and the provider's (see Calibrate). A bad sample refuses the usage.
+	Calibration *CalibrationSample
 }
 
 // StartToolCall journals a tool call before the agent dispatches it.

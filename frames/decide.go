@@ -551,8 +551,16 @@ func (d decider) usage(c *RecordUsage) ([]Event, error) {
 	if c.Cost.Spawns != 0 {
 		return nil, invalid("spawns are counted by pushes, not recorded as usage")
 	}
-	if c.Cost.IsZero() {
+	if c.Cost.IsZero() && c.Calibration == nil {
 		return nil, invalid("usage records nothing")
+	}
+	var cal *CalibrationSample
+	if c.Calibration != nil {
+		if err := checkCalibration(c.Calibration, d.cfg.MaxIDBytes); err != nil {
+			return nil, err
+		}
+		cc := *c.Calibration
+		cal = &cc
 	}
 	cost, err := f.Cost.Plus(c.Cost)
 	if err != nil {
@@ -563,7 +571,11 @@ func (d decider) usage(c *RecordUsage) ([]Event, error) {
 	if err := b.RecordUsage(tokens); err != nil {
 		return nil, err
 	}
-	evs := []Event{&UsageRecorded{Meta: d.meta(f.ID, ReasonAssistantTurnCommitted), Cost: c.Cost}}
+	ev := &UsageRecorded{Meta: d.meta(f.ID, ReasonAssistantTurnCommitted), Cost: c.Cost, Calibration: cal}
+	if cal != nil {
+		ev.CalibrationKeep = d.cfg.calibrationSamples()
+	}
+	evs := []Event{ev}
 	if f.Status != StatusSuspended {
 		if v := f.Limits.Check(cost); v != nil {
 			e, err := d.limitSuspension(f, v, c.Mint, ReasonAssistantTurnCommitted)

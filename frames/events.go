@@ -214,10 +214,14 @@ type ActorResumed struct {
 }
 
 // UsageRecorded: a frame consumed tokens, turns, spend or time. Its token
-// budget's Used grew by input plus output tokens.
+// budget's Used grew by input plus output tokens. A Calibration sample
+// joins the scope's, which keeps the last CalibrationKeep (the window when
+// it was decided, so that replay does not depend on the configuration).
 type UsageRecorded struct {
-	Meta `msgpack:",inline"`
-	Cost budget.Cost `msgpack:"c"`
+	Meta            `msgpack:",inline"`
+	Cost            budget.Cost        `msgpack:"c"`
+	Calibration     *CalibrationSample `msgpack:"cal,omitempty"`
+	CalibrationKeep int64              `msgpack:"calk,omitempty"`
 }
 
 // ToolStarted: the agent is about to dispatch a tool call (the intent is

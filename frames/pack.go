@@ -44,6 +44,10 @@ type PackQuery struct {
 	// Summarizer writes the Moderate level's summary (nil: Extractive).
 	Counter    compaction.Counter
 	Summarizer compaction.Summarizer
+	// CounterName names Counter as calibration samples do (the pack's
+	// metadata): the scope's samples of that counter calibrate the pack
+	// (Calibrate). "" calibrates nothing.
+	CounterName string
 }
 
 // Breadcrumb is one ancestor of the packed frame, root first.
@@ -57,18 +61,22 @@ type Breadcrumb struct {
 // Pack is a frame's context fitted to a budget: a brief, breadcrumbs of the
 // frame's ancestry and the frame's handles as compaction.Fit chose them.
 // Used is every emitted part counted under the query's counter, never more
-// than Budget. Segments share their strings with the state.
+// than EffectiveBudget: Budget, or what calibration made of it
+// (Calibration, nil when the scope has no sample of the query's counter).
+// Segments share their strings with the state.
 type Pack struct {
-	Scope       string
-	Version     int64
-	FrameID     string
-	Brief       string
-	Breadcrumbs []Breadcrumb
-	Segments    []compaction.Item
-	Budget      int64
-	Used        int64
-	BriefTokens int64
-	CrumbTokens int64
+	Scope           string
+	Version         int64
+	FrameID         string
+	Brief           string
+	Breadcrumbs     []Breadcrumb
+	Segments        []compaction.Item
+	Budget          int64
+	EffectiveBudget int64
+	Calibration     *PackCalibration
+	Used            int64
+	BriefTokens     int64
+	CrumbTokens     int64
 	// SegmentTokens is the sum of the segments' Tokens.
 	SegmentTokens int64
 	Level         compaction.Level
@@ -87,6 +95,11 @@ type PackBuffers struct {
 // AssemblePack builds the context pack q asks of s. The rules:
 //
 //   - The budget is at least MinPackBudget (else *BudgetTooSmallError).
+//   - The pack is fitted to the effective budget: the budget calibrated by
+//     the scope's samples of q.CounterName (Calibrate; the budget itself
+//     when there are none). Everything below speaks of that budget, except
+//     a CriticalOverflowError's Needed and Budget, which are budgets to ask
+//     for.
 //   - The brief names the role, the scope and the frame's goal; breadcrumbs
 //     name the frame's ancestors, root first. Both are counted as emitted.
 //   - Only Critical content must fit. When the brief and breadcrumbs leave
@@ -128,6 +141,7 @@ func AssemblePack(cfg Config, s *State, q PackQuery, buf *PackBuffers) (Pack, er
 	if c == nil {
 		c = compaction.EstimateCounter{}
 	}
+	budget, cal, worst := calibrate(cfg, s, q.CounterName, q.Budget)
 	role := q.Role
 	if role == "" {
 		role = DefaultRole
@@ -140,7 +154,7 @@ func AssemblePack(cfg Config, s *State, q PackQuery, buf *PackBuffers) (Pack, er
 	var fit compaction.FitResult
 	var coe *compaction.CriticalOverflowError
 	fitted := false
-	if room := q.Budget - head.tokens(); room >= 0 {
+	if room := budget - head.tokens(); room >= 0 {
 		fit, err = buf.Fitter.Fit(buf.items, room, opts)
 		if err != nil && !errors.As(err, &coe) {
 			return Pack{}, err
@@ -155,25 +169,33 @@ func AssemblePack(cfg Config, s *State, q PackQuery, buf *PackBuffers) (Pack, er
 		} else if need, err = criticalNeed(&buf.Fitter, buf.items, opts); err != nil {
 			return Pack{}, err
 		}
-		if need > q.Budget {
+		if need > budget {
 			// Needed: the Critical content with the whole brief and
 			// breadcrumbs, so that asking again cuts nothing.
-			return Pack{}, fmt.Errorf("frame %q: critical content needs %d tokens and the brief and breadcrumbs %d: %w",
-				f.ID, need, head.tokens(), &compaction.CriticalOverflowError{Needed: max(need+head.tokens(), MinPackBudget), Budget: q.Budget})
+			needed, calibrated := max(need+head.tokens(), MinPackBudget), ""
+			if cal != nil {
+				needed = requestedFor(cfg, s, q.CounterName, need+head.tokens())
+				calibrated = fmt.Sprintf(" (calibrated budget %d)", budget)
+			}
+			return Pack{}, fmt.Errorf("frame %q: critical content needs %d tokens and the brief and breadcrumbs %d%s: %w",
+				f.ID, need, head.tokens(), calibrated, &compaction.CriticalOverflowError{Needed: needed, Budget: q.Budget})
 		}
-		head.squeeze(q.Budget - need)
-		if fit, err = buf.Fitter.Fit(buf.items, q.Budget-head.tokens(), opts); err != nil {
+		head.squeeze(budget - need)
+		if fit, err = buf.Fitter.Fit(buf.items, budget-head.tokens(), opts); err != nil {
 			return Pack{}, err
 		}
 	}
 	used := head.tokens() + fit.Tokens
-	if used > q.Budget {
-		return Pack{}, fmt.Errorf("%w: pack of %d tokens over budget %d", ErrInvariantViolation, used, q.Budget)
+	if used > budget {
+		return Pack{}, fmt.Errorf("%w: pack of %d tokens over budget %d", ErrInvariantViolation, used, budget)
+	}
+	if cal != nil {
+		cal.EstimatedProviderTokens = worst.provider(used)
 	}
 	return Pack{
 		Scope: s.Scope, Version: s.Version, FrameID: f.ID,
 		Brief: head.brief, Breadcrumbs: head.crumbs, Segments: append([]compaction.Item(nil), fit.Items...),
-		Budget: q.Budget, Used: used, BriefTokens: head.briefTokens, CrumbTokens: head.crumbTotal, SegmentTokens: fit.Tokens,
+		Budget: q.Budget, EffectiveBudget: budget, Calibration: cal, Used: used, BriefTokens: head.briefTokens, CrumbTokens: head.crumbTotal, SegmentTokens: fit.Tokens,
 		Level: fit.Level, Dropped: fit.Dropped, Summarized: fit.Summarized,
 	}, nil
 }

@@ -97,6 +97,9 @@ type State struct {
 	Resumes int64 `msgpack:"rs"`
 	// LastAt is the server time of the last applied event.
 	LastAt int64 `msgpack:"la"`
+	// Calibration holds the scope's last calibration samples, oldest
+	// first (RecordUsage; see Calibrate). Absent from older snapshots.
+	Calibration []CalibrationSample `msgpack:"cal,omitempty"`
 	// KeepFinished makes the fold keep finished frames (and children
 	// lists): the whole history, for tools and checks. Never encoded.
 	KeepFinished bool `msgpack:"-"`
@@ -300,6 +303,7 @@ func (s *State) Clone() *State {
 		}
 	}
 	s.cloneChains(&c)
+	c.Calibration = append([]CalibrationSample(nil), s.Calibration...)
 	c.Abandoned = nil
 	for _, a := range s.Abandoned {
 		a.Call.Input = cloneBytes(a.Call.Input)

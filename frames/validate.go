@@ -30,6 +30,12 @@ type Config struct {
 	// tokens of trailing context a continuation carries (0:
 	// DefaultResumeCeiling).
 	ResumeCeiling int64
+	// CalibrationSamples is how many calibration samples a scope keeps
+	// (0: DefaultCalibrationSamples; at most MaxCalibrationSamples);
+	// CalibrationMargin is the margin taken off a calibrated pack budget,
+	// in permille (0..999; DefaultConfig: DefaultCalibrationMargin).
+	CalibrationSamples int
+	CalibrationMargin  int
 }
 
 // DefaultConfig returns the limits of DESIGN §6.
@@ -47,6 +53,8 @@ func DefaultConfig() Config {
 
 		DefaultContextWindow: DefaultContextWindow,
 		ResumeCeiling:        DefaultResumeCeiling,
+		CalibrationSamples:   DefaultCalibrationSamples,
+		CalibrationMargin:    DefaultCalibrationMargin,
 	}
 }
 
@@ -65,7 +73,7 @@ func (c Config) Validate() error {
 	if c.ContentRefBytes < 0 {
 		return invalid("content_ref_bytes %d is negative", c.ContentRefBytes)
 	}
-	return nil
+	return c.validateCalibration()
 }
 
 // ValidateScope checks a scope name against ^[A-Za-z0-9._:-]{1,max}$.

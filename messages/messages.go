@@ -221,6 +221,21 @@ type RecordUsage struct {
 	Header  `msgpack:",inline"`
 	FrameID string      `msgpack:"f,omitempty"`
 	Cost    budget.Cost `msgpack:"c"`
+	// Calibration, if set, reports how the provider counted the pack this
+	// usage was for; the scope fits later packs of the same counter by it.
+	// A bad sample refuses the whole request.
+	Calibration *Calibration `msgpack:"cal,omitempty"`
+}
+
+// Calibration is one pack's count against the provider's: PackTokens is
+// the pack's TokenSummary.Used, Counter its Metadata.Counter, and
+// ProviderInputTokens the input tokens the provider reported for the
+// request that carried it. Both counts are positive and within a factor
+// of 10 of each other.
+type Calibration struct {
+	PackTokens          int64  `msgpack:"p"`
+	ProviderInputTokens int64  `msgpack:"q"`
+	Counter             string `msgpack:"c"`
 }
 
 // RecordUsageReply says whether the usage suspended the frame.
@@ -312,13 +327,30 @@ type TokenBreakdown struct {
 }
 
 // TokenSummary accounts for a pack: Used never exceeds Budget under the
-// counter the pack was built with.
+// counter the pack was built with — or, when the scope's calibration
+// samples of that counter fitted it (Calibration), never exceeds
+// Calibration.EffectiveBudget. Remaining is what is left of the budget the
+// pack was fitted to.
 type TokenSummary struct {
 	Budget          int64            `msgpack:"b"`
 	Used            int64            `msgpack:"u"`
 	Remaining       int64            `msgpack:"r"`
 	Breakdown       TokenBreakdown   `msgpack:"bd"`
 	CompactionLevel compaction.Level `msgpack:"l"`
+	Calibration     *PackCalibration `msgpack:"cal,omitempty"`
+}
+
+// PackCalibration says how calibration fitted a pack: Samples of Counter
+// gave a worst provider ÷ pack ratio of MaxRatioPermille/1000, and the
+// pack was fitted to EffectiveBudget = floor(Budget × pack/provider ×
+// (1 − margin)), at most 2 × Budget. EstimatedProviderTokens is Used
+// scaled by that ratio, rounded up.
+type PackCalibration struct {
+	Counter                 string `msgpack:"c"`
+	Samples                 int    `msgpack:"n"`
+	EffectiveBudget         int64  `msgpack:"eb"`
+	MaxRatioPermille        int64  `msgpack:"mr"`
+	EstimatedProviderTokens int64  `msgpack:"ep"`
 }
 
 // PackMetadata identifies what a pack was built from.

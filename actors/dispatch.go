@@ -508,16 +508,26 @@ func init() {
 		// GetChain lists a chain from its links in the state; a frame in
 		// no chain is a chain of one link (a finished one read from the log).
 		messages.OpGetChain: readOrJob(func(h *handler, st *frames.State, r *messages.GetChain) outcome {
-			f, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
+			var f *frames.Frame
 			var fin *frames.FinishedError
-			id := ""
-			switch {
-			case errors.As(err, &fin):
-				id = fin.ID
-			case err != nil:
+			id, err := frames.ResolveFrame(st, r.FrameID)
+			if err == nil {
+				err = frames.ValidateID("frame id", id, h.cfg.Frames.MaxIDBytes)
+			}
+			if err != nil {
 				return replied(failure(r, toWire(err)))
-			default:
-				id = f.ID
+			}
+			if st.ChainOf(id) == "" { // a link retention removed is still in its chain
+				var err error
+				f, err = frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
+				switch {
+				case errors.As(err, &fin):
+					id = fin.ID
+				case err != nil:
+					return replied(failure(r, toWire(err)))
+				default:
+					id = f.ID
+				}
 			}
 			links, root, err := st.ChainLinks(id)
 			if err != nil {
@@ -525,8 +535,12 @@ func init() {
 			}
 			out := &messages.GetChainReply{Result: messages.Result{Version: st.Version}, Root: root}
 			for _, l := range links {
-				out.Links = append(out.Links, messages.ChainLink{FrameID: l.ID, Status: l.Status, Tokens: l.Tokens, CreatedAt: l.CreatedAt,
-					CompletedAt: l.CompletedAt, Version: l.PushSeq})
+				link := messages.ChainLink{FrameID: l.ID, Status: l.Status, Tokens: l.Tokens, CreatedAt: l.CreatedAt,
+					CompletedAt: l.CompletedAt, Version: l.PushSeq, EndVersion: l.EndSeq, Summary: l.Summary}
+				if t := l.Removed; t != nil {
+					link.Removed = &messages.ChainTombstone{Through: t.Through, Hash: t.Hash, At: t.At}
+				}
+				out.Links = append(out.Links, link)
 			}
 			one := func(f *frames.Frame) messages.Reply {
 				out.Root, out.Head = f.ID, f.ID

@@ -25,6 +25,10 @@ type HistoryScan struct {
 	// Destroyed says the removal recorded is a destroy's (its request ids
 	// are kept: KeepRequestsSince).
 	Destroyed bool
+	// LiveChains are the roots of the continuation chains with a link
+	// pushed after the base and not popped: chains whose head is live
+	// (frames.RetentionInput.LiveChains).
+	LiveChains map[string]bool
 }
 
 // ScanHistory reads scope's records after its base. since is a server time
@@ -40,20 +44,30 @@ func ScanHistory(ctx context.Context, store Store, scope string, since int64) (H
 		return sc, err
 	}
 	sc.Head = info.Version
+	chainPush := map[string]string{} // link pushed → its chain's root, until popped
 	err = store.ReadStream(ctx, scope, sc.Base.Version+1, func(r Record) error {
 		if sc.FirstSince == 0 && metaAt(r.Data) >= since {
 			sc.FirstSince = r.Version
 		}
 		switch r.Type {
+		case frames.TypeFramePushed:
+			ev, err := DecodeFrameEvent(r)
+			if err != nil {
+				return err
+			}
+			if p := ev.(*frames.FramePushed); p.ChainRoot != "" {
+				chainPush[p.Frame] = p.ChainRoot
+			}
 		case frames.TypeFramePopped:
 			ev, err := DecodeFrameEvent(r)
 			if err != nil {
 				return err
 			}
 			p := ev.(*frames.FramePopped)
+			delete(chainPush, p.Frame)
 			ff := frames.FinishedFrame{Frame: p.Frame, Last: r.Version, FinishedAt: p.At}
 			if p.Final != nil {
-				ff.Parent, ff.First = p.Final.ParentID, p.Final.PushSeq
+				ff.Parent, ff.First, ff.ChainRoot = p.Final.ParentID, p.Final.PushSeq, p.Final.ChainRoot
 			} else if ff.Parent, ff.First, err = pushOf(ctx, store, scope, p.Frame); err != nil {
 				return err
 			}
@@ -75,6 +89,12 @@ func ScanHistory(ctx context.Context, store Store, scope string, since int64) (H
 		}
 		return nil
 	})
+	for _, root := range chainPush {
+		if sc.LiveChains == nil {
+			sc.LiveChains = map[string]bool{}
+		}
+		sc.LiveChains[root] = true
+	}
 	return sc, err
 }
 

@@ -55,6 +55,7 @@ func Apply(s *State, e Event) error {
 			err = inconsistent("retention through %d after %d, at version %d", ev.Through, s.RemovedThrough, version)
 		} else {
 			s.RemovedThrough = ev.Through
+			s.buryChainLinks(ev)
 		}
 	case *ScopeDestroyed:
 		err = applyDestroyed(s, ev, version)

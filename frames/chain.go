@@ -3,6 +3,8 @@ package frames
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 )
 
 // Continuation chains (DESIGN §10).
@@ -29,7 +31,31 @@ type ChainLink struct {
 	CompletedAt int64  `msgpack:"ca,omitempty"`
 	PushSeq     int64  `msgpack:"ps"`
 	To          string `msgpack:"to,omitempty"` // the next link ("" for the head)
+	// EndSeq is the version of the link's frame.popped (0 while it is
+	// live, or for a link that finished before it joined a chain and was
+	// resumed); Summary says what the link was (its goal, status, tokens
+	// and results, at most MaxLinkSummaryBytes), written when it ends.
+	EndSeq  int64  `msgpack:"es,omitempty"`
+	Summary string `msgpack:"sm,omitempty"`
+	// Removed is set once retention removed the link's records: what is
+	// left of it is this entry, its tombstone.
+	Removed *LinkTombstone `msgpack:"rm,omitempty"`
 }
+
+// LinkTombstone is what retention leaves of a chain link whose records it
+// removed: the range the link spanned (PushSeq..EndSeq of its ChainLink, or
+// through Through when its end is unknown), and the removal's Through and
+// Hash — the hex SHA-256 of the record at Through, from which the scope's
+// hash chain goes on, so what was removed stays checkable against an
+// archive or an export. The link's Summary stays with it.
+type LinkTombstone struct {
+	Through int64  `msgpack:"th"`
+	Hash    string `msgpack:"h"`
+	At      int64  `msgpack:"at"`
+}
+
+// MaxLinkSummaryBytes bounds a chain link's Summary.
+const MaxLinkSummaryBytes = 512
 
 // Chain is a continuation chain: its root, its head and its links, root
 // first.
@@ -181,7 +207,87 @@ func (s *State) chainEnded(f *Frame, continuedTo string) error {
 		return inconsistent("link %q ends, chain %q's head is %q", f.ID, root, c.Head)
 	}
 	l.Status, l.Tokens, l.CompletedAt, l.To = f.Status, f.ContextTokens, f.CompletedAt, continuedTo
+	l.EndSeq, l.Summary = s.Version+1, linkSummary(f) // Apply is folding the version after s.Version
 	return nil
+}
+
+// linkSummary says what a finished link was, in at most
+// MaxLinkSummaryBytes: its goal, status, context tokens and results.
+func linkSummary(f *Frame) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s; %s at %d tokens", clipText(f.Goal, 160), f.Status, f.ContextTokens)
+	for i, r := range f.Results {
+		if i == 4 {
+			fmt.Fprintf(&b, "; and %d more results", len(f.Results)-i)
+			break
+		}
+		fmt.Fprintf(&b, "; result %s", clipText(r.Ref, 80))
+		if r.Summary != "" {
+			fmt.Fprintf(&b, ": %s", clipText(r.Summary, 80))
+		}
+	}
+	return clipText(b.String(), MaxLinkSummaryBytes)
+}
+
+// clipText cuts s to at most n bytes on a UTF-8 boundary, marking the cut
+// with "…".
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// LiveChainLinks returns the links of every chain whose head is live:
+// what retention must keep (a live link depends on all of them).
+func (s *State) LiveChainLinks() map[string]bool {
+	var out map[string]bool
+	for _, c := range s.Chains {
+		if h := s.Frames[c.Head]; h == nil || !h.Status.Live() {
+			continue
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		for _, l := range c.Links {
+			out[l.ID] = true
+		}
+	}
+	return out
+}
+
+// checkRetentionKeepsLiveChains refuses a cut through version through that
+// would remove a link of a chain whose head is live.
+func (s *State) checkRetentionKeepsLiveChains(through int64) error {
+	for _, c := range s.Chains {
+		if h := s.Frames[c.Head]; h == nil || !h.Status.Live() {
+			continue
+		}
+		for _, l := range c.Links {
+			if l.Removed == nil && l.ID != c.Head && l.PushSeq > s.RemovedThrough && l.PushSeq <= through {
+				return invalid("retention through %d would remove link %q of chain %q, whose head %q is live", through, l.ID, c.Root, c.Head)
+			}
+		}
+	}
+	return nil
+}
+
+// buryChainLinks leaves a tombstone for every finished chain link whose
+// records a retention through e.Through removed.
+func (s *State) buryChainLinks(e *RetentionApplied) {
+	for _, c := range s.Chains {
+		for i := range c.Links {
+			l := &c.Links[i]
+			if l.Removed != nil || l.PushSeq > e.Through || s.Frames[l.ID] != nil {
+				continue
+			}
+			l.Removed = &LinkTombstone{Through: e.Through, Hash: e.Hash, At: e.At}
+		}
+	}
 }
 
 // checkChainPush checks a FramePushed with ContinuedFrom against the
@@ -245,6 +351,12 @@ func (s *State) cloneChains(c *State) {
 		for r, ch := range s.Chains {
 			cc := *ch
 			cc.Links = append([]ChainLink(nil), ch.Links...)
+			for i := range cc.Links {
+				if t := cc.Links[i].Removed; t != nil {
+					tc := *t
+					cc.Links[i].Removed = &tc
+				}
+			}
 			c.Chains[r] = &cc
 		}
 	}

@@ -346,6 +346,12 @@ func ResolveChainHead(cfg Config, s *State, id string) (head string, status Stat
 	if head, err = s.ChainHead(id); err != nil {
 		return "", 0, err
 	}
+	if root := s.LinkRoots[head]; root != "" {
+		if l := s.Chains[root].link(head); l != nil && l.Removed != nil {
+			return "", 0, fmt.Errorf("%w: chain %q's head %q was removed by retention (through version %d); its tombstone says: %s",
+				ErrFrameNotFound, id, head, l.Removed.Through, l.Summary)
+		}
+	}
 	if f := s.Frames[head]; f != nil {
 		return head, f.Status, nil
 	}
@@ -612,10 +618,16 @@ func applyLinkPushed(s *State, e *FramePushed, version int64) error {
 		s.commitChainPush(e, version)
 		return nil
 	}
-	if e.Budget.SubcallAllocation != 0 || e.Cost == nil {
-		return inconsistent("continuation %q with subcall allocation %d (cost %v)", e.Frame, e.Budget.SubcallAllocation, e.Cost != nil)
+	if e.Budget.SubcallAllocation != 0 {
+		return inconsistent("continuation %q with subcall allocation %d", e.Frame, e.Budget.SubcallAllocation)
 	}
-	if err := e.Cost.Validate(); err != nil {
+	// A zero cost is left out of the record (budget.Cost has IsZero, which
+	// msgpack's omitempty honours): it reads back as nil.
+	cost := budget.Cost{}
+	if e.Cost != nil {
+		cost = *e.Cost
+	}
+	if err := cost.Validate(); err != nil {
 		return inconsistent("continuation cost: %v", err)
 	}
 	var parent *Frame
@@ -643,7 +655,7 @@ func applyLinkPushed(s *State, e *FramePushed, version int64) error {
 		}
 	}
 	f := &Frame{ID: e.Frame, ParentID: e.ParentID, Goal: e.Goal, Inputs: cloneBytes(e.Inputs), Status: StatusActive,
-		Depth: e.Depth, Budget: e.Budget, Limits: e.Limits, Cost: *e.Cost, CreatedAt: e.At, PushSeq: version,
+		Depth: e.Depth, Budget: e.Budget, Limits: e.Limits, Cost: cost, CreatedAt: e.At, PushSeq: version,
 		ContextWindow: e.ContextWindow, ContinuedFrom: e.ContinuedFrom, ChainRoot: e.ChainRoot,
 		Freed: append([]int64(nil), e.Freed...)}
 	for _, c := range e.InDoubt {

@@ -826,6 +826,9 @@ func (d decider) retention(c *ApplyRetention) ([]Event, error) {
 			return nil, err
 		}
 	}
+	if err := d.s.checkRetentionKeepsLiveChains(c.Through); err != nil {
+		return nil, err
+	}
 	// Content live handles still refer to is stored again at the head
 	// before the prefix that holds it goes.
 	again, err := d.restoreLive(c.Through)

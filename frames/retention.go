@@ -58,6 +58,9 @@ type Run struct {
 	First      int64
 	Last       int64
 	FinishedAt int64
+	// Chain is the root of the continuation chain the run's frame is a
+	// link of ("" for none).
+	Chain string
 }
 
 // RetentionInput is what a retention pass knows of a scope.
@@ -72,6 +75,10 @@ type RetentionInput struct {
 	// KeepFrom is the first version that must stay for other reasons (the
 	// oldest request within the idempotency horizon); 0 when none.
 	KeepFrom int64
+	// LiveChains are the roots of the chains whose head is live: their
+	// links are kept whatever the policy says (a live link depends on
+	// them), and so is everything after the first of them.
+	LiveChains map[string]bool
 	// Limit, when > 0, is the furthest the cut may go (the version of the
 	// scope's latest snapshot: what it is rebuilt from once the records
 	// before it are gone). The cut never splits a run: it stops before
@@ -105,7 +112,8 @@ func PlanRetention(in RetentionInput) (RetentionPlan, error) {
 	kept := 0
 	for i, r := range runs {
 		newest := len(runs) - i
-		if newest <= in.Policy.KeepLastN || in.Now-r.FinishedAt <= in.Policy.OlderThan {
+		pinned := in.LiveChains[r.Frame] || (r.Chain != "" && in.LiveChains[r.Chain])
+		if pinned || newest <= in.Policy.KeepLastN || in.Now-r.FinishedAt <= in.Policy.OlderThan {
 			keep = min(keep, r.First)
 			kept++
 		}
@@ -142,6 +150,7 @@ type FinishedFrame struct {
 	Frame, Parent string
 	First, Last   int64
 	FinishedAt    int64
+	ChainRoot     string // the chain it is a link of, as its record says
 }
 
 // RunsOf picks the runs out of the finished frames of a log (in finish
@@ -155,7 +164,7 @@ func RunsOf(finished []FinishedFrame) []Run {
 	var runs []Run
 	for _, f := range finished {
 		if f.Parent == "" || !done[f.Parent] {
-			runs = append(runs, Run{Frame: f.Frame, First: f.First, Last: f.Last, FinishedAt: f.FinishedAt})
+			runs = append(runs, Run{Frame: f.Frame, First: f.First, Last: f.Last, FinishedAt: f.FinishedAt, Chain: f.ChainRoot})
 		}
 	}
 	return runs

@@ -37,6 +37,25 @@ func TestPlanRetention(t *testing.T) {
 			return i
 		}(), 105, 10, 0},
 		{"keep everything", in(frames.RetentionPolicy{KeepLastN: 3, OnCompletion: frames.CompletionKeep}), 0, 0, 0},
+		{"a link of a live chain holds the rest (run d of chain a)", func() frames.RetentionInput {
+			i := in(frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete})
+			i.Runs = append([]frames.Run(nil), runs...)
+			i.Runs[3].Chain = "a"
+			i.LiveChains = map[string]bool{"a": true}
+			return i
+		}(), 0, 0, 3}, // a (the chain's root), d and the last
+		{"a live chain's root holds the rest (run c is chain c's root)", func() frames.RetentionInput {
+			i := in(frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete})
+			i.LiveChains = map[string]bool{"c": true}
+			return i
+		}(), 20, 2, 2},
+		{"a finished chain goes like any run", func() frames.RetentionInput {
+			i := in(frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete})
+			i.Runs = append([]frames.Run(nil), runs...)
+			i.Runs[3].Chain = "a"
+			i.LiveChains = map[string]bool{"z": true}
+			return i
+		}(), 90, 9, 1},
 		{"the idempotency horizon holds more", func() frames.RetentionInput {
 			i := in(frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete})
 			i.KeepFrom = 35

@@ -700,6 +700,22 @@ type ChainLink struct {
 	CreatedAt   int64         `msgpack:"at"`
 	CompletedAt int64         `msgpack:"ca,omitempty"`
 	Version     int64         `msgpack:"v"`
+	// EndVersion is the version of the link's frame.popped (0 while it is
+	// live); Summary says what it was (goal, status, tokens, results).
+	EndVersion int64  `msgpack:"ev,omitempty"`
+	Summary    string `msgpack:"sm,omitempty"`
+	// Removed is the link's tombstone once retention removed its records:
+	// they spanned Version..EndVersion (through Removed.Through when
+	// EndVersion is 0), and the scope's hash chain goes on from
+	// Removed.Hash, the hash of the record at Removed.Through.
+	Removed *ChainTombstone `msgpack:"rm,omitempty"`
+}
+
+// ChainTombstone is what retention left of a chain link.
+type ChainTombstone struct {
+	Through int64  `msgpack:"th"`
+	Hash    string `msgpack:"h"`
+	At      int64  `msgpack:"at"`
 }
 
 // GetChainReply lists the chain root → head. A frame in no chain is a

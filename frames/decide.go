@@ -63,6 +63,8 @@ func Decide(cfg Config, s *State, cmd Command) ([]Event, error) {
 		evs, err = d.retention(c)
 	case *DestroyScope:
 		evs, err = d.destroy(c)
+	case *ChangeCounter:
+		evs, err = d.changeCounter(c)
 	default:
 		return nil, invalid("unknown command %T", cmd)
 	}

@@ -93,6 +93,10 @@ type State struct {
 	Resumes int64 `msgpack:"rs"`
 	// LastAt is the server time of the last applied event.
 	LastAt int64 `msgpack:"la"`
+	// Counter names the counter the live handles' Tokens are under
+	// (scope.counter_changed sets it); "" is the estimate, as every
+	// snapshot written before the field existed reads (CounterOf).
+	Counter string `msgpack:"cn,omitempty"`
 	// KeepFinished makes the fold keep finished frames (and children
 	// lists): the whole history, for tools and checks. Never encoded.
 	KeepFinished bool `msgpack:"-"`

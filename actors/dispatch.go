@@ -79,6 +79,21 @@ type opEntry struct {
 	// it again, which finishes what a crash or a failure interrupted; so
 	// it must be idempotent. A nil job means nothing to do.
 	after func(h *handler, st *frames.State, req messages.Request, reply messages.Reply) *job
+	// count, when set, names the texts decide counts (h.count): under a
+	// counter that is not the estimate they are counted off the shard's
+	// goroutine first (counters.go), and decide finds their counts.
+	count func(st *frames.State, req messages.Request) []string
+}
+
+// counting sets an entry's count, typed by its request R.
+func counting[R messages.Request](e opEntry, texts func(st *frames.State, r R) []string) opEntry {
+	e.count = func(st *frames.State, req messages.Request) []string {
+		if r, ok := req.(R); ok {
+			return texts(st, r)
+		}
+		return nil
+	}
+	return e
 }
 
 // entryFor returns req's entry, or nil for a request no entry handles.
@@ -205,7 +220,7 @@ func init() {
 				return &messages.UpdateFrameReply{Result: res, FrameID: frameOf(evs), Suspension: h.suspension(evs[1:], res.Version)}, nil
 			}),
 
-		messages.OpAddContextHandle: mutation(
+		messages.OpAddContextHandle: counting(mutation(
 			func(h *handler, st *frames.State, r *messages.AddContextHandle, hdr frames.Header) (frames.Command, error) {
 				id, err := frames.ResolveFrame(st, r.FrameID)
 				if err != nil {
@@ -226,6 +241,7 @@ func init() {
 				}
 				return &messages.AddContextHandleReply{Result: res, FrameID: frameOf(evs), HandleID: e.Handle.ID, Tokens: e.Handle.Tokens}, nil
 			}),
+			func(_ *frames.State, r *messages.AddContextHandle) []string { return []string{r.Content} }),
 
 		messages.OpAddResult: mutation(
 			func(h *handler, st *frames.State, r *messages.AddResult, hdr frames.Header) (frames.Command, error) {
@@ -263,7 +279,7 @@ func init() {
 				return &messages.StartToolCallReply{Result: res, FrameID: frameOf(evs), CallID: e.CallID}, nil
 			}),
 
-		messages.OpFinishToolCall: mutation(
+		messages.OpFinishToolCall: counting(mutation(
 			func(h *handler, st *frames.State, r *messages.FinishToolCall, hdr frames.Header) (frames.Command, error) {
 				id, err := frames.ResolveFrame(st, r.FrameID)
 				if err != nil {
@@ -293,6 +309,13 @@ func init() {
 				}
 				return &messages.FinishToolCallReply{Result: res, FrameID: frameOf(evs), CallID: e.CallID,
 					CallHandleID: e.CallHandle.ID, ResultHandleID: e.ResultHandle.ID, Tokens: e.CallHandle.Tokens + e.ResultHandle.Tokens}, nil
+			}),
+			func(st *frames.State, r *messages.FinishToolCall) []string {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				if err != nil {
+					return nil
+				}
+				return []string{frames.ToolCallText(st, id, r.CallID, r.Call), r.Output}
 			}),
 
 		// A pack of a finished frame is assembled from it and its
@@ -345,7 +368,7 @@ func init() {
 				s := r.Strategy
 				cmd, err := frames.PlanCompaction(h.cfg.Frames, st, hdr, frames.CompactionQuery{FrameID: r.FrameID, Target: r.TargetTokens,
 					Strategy: frames.StrategySpec{Kind: s.Kind, KeepRecent: s.KeepRecent, MessageCount: s.MessageCount, Custom: s.Custom},
-					Custom:   h.cfg.Custom, SummaryID: h.cfg.NewID(), Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer})
+					Custom:   h.cfg.Custom, SummaryID: h.cfg.NewID(), Counter: h.cur, Summarizer: h.cfg.Summarizer})
 				if err != nil {
 					return nil, err // not a typed nil in a frames.Command
 				}
@@ -582,11 +605,6 @@ func (h *handler) mint(now int64, ttl int64) frames.Mint {
 	return frames.NewMint(h.cfg.NewID(), now, frames.TokenTTL(ttl, int64(h.cfg.TokenTTL), int64(h.cfg.MaxTokenTTL)))
 }
 
-// count measures content under the server's counter (frames.CountContent).
-func (h *handler) count(what, content string) (tokens, light int64, err error) {
-	return frames.CountContent(h.cfg.Frames, h.cfg.Counter, what, content)
-}
-
 // token signs the suspension an event recorded.
 func (h *handler) token(e *frames.FrameSuspended, version int64) *messages.SuspensionToken {
 	s := e.Suspension
@@ -664,8 +682,14 @@ const MinPackBudget = frames.MinPackBudget
 // assemble builds a context pack with frames.AssemblePack, reusing the
 // shard's buffers, and turns it into the reply.
 func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) messages.Reply {
+	// The scope's counter, which its handles were counted under: a pack
+	// never mixes counters (counters.go).
+	counter, name, ok := h.scopeCounter(st)
+	if !ok {
+		return failure(r, messages.Errorf(messages.CodeInternal, "scope %q is counted under %q, unknown to this server", st.Scope, name))
+	}
 	p, err := frames.AssemblePack(h.cfg.Frames, st, frames.PackQuery{FrameID: r.FrameID, Budget: r.BudgetTokens, Role: r.Role,
-		Include: r.IncludeHandles, Exclude: r.ExcludeHandles, MinLevel: r.MinCompaction, Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer}, &h.pack)
+		Include: r.IncludeHandles, Exclude: r.ExcludeHandles, MinLevel: r.MinCompaction, Counter: counter, Summarizer: h.cfg.Summarizer}, &h.pack)
 	if err != nil {
 		return failure(r, toWire(err))
 	}
@@ -678,9 +702,11 @@ func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) me
 		segs[i] = messages.Segment{HandleID: it.ID, Kind: it.Kind, Role: it.Role, Priority: it.Priority, Content: it.Content,
 			Tokens: it.Tokens, Group: it.Group, Covers: it.Covers}
 	}
+	meta := messages.PackMetadata{Scope: p.Scope, FrameID: p.FrameID, AssembledAt: h.cfg.Clock().UnixNano(),
+		Counter: name, Recounting: h.recountingTo(st.Scope)}
 	return &messages.ContextPack{
 		Result:       messages.Result{Version: p.Version},
-		Metadata:     messages.PackMetadata{Scope: p.Scope, FrameID: p.FrameID, AssembledAt: h.cfg.Clock().UnixNano(), Counter: h.cfg.CounterName},
+		Metadata:     meta,
 		BriefContext: p.Brief,
 		Breadcrumbs:  crumbs,
 		Segments:     segs,

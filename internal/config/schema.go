@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/stateindex/stateindex/tokenizer"
 )
 
 // spec bounds one value. The value's type is the type its field points to:
@@ -55,6 +57,11 @@ var retentionKeys = []struct {
 		func(o *RetentionOverride) any { o.ArchiveDir = new(string); return o.ArchiveDir }},
 }
 
+// counterName is a token counter's name (tokenizer.Names; "estimate" is
+// the estimate's alias).
+var counterName = spec{nonEmpty: true, check: func(s string) bool { _, ok := tokenizer.Canonical(s); return ok },
+	want: "a known token counter (" + strings.Join(tokenizer.Names(), ", ") + ")"}
+
 var logLevel = spec{check: func(s string) bool { var l slog.Level; return l.UnmarshalText([]byte(s)) == nil }, want: "debug, info, warn or error"}
 
 // settings is the schema: every key a file may set.
@@ -76,6 +83,9 @@ var settings = func() []setting {
 		{key: "idempotency.clock_skew", spec: positive(), field: func(f *File) any { return &f.Idempotency.ClockSkew }},
 		{key: "tokens.ttl", spec: positive(), field: func(f *File) any { return &f.Tokens.TTL }},
 		{key: "tokens.max_ttl", spec: positive(), field: func(f *File) any { return &f.Tokens.MaxTTL }},
+		{key: "tokens.counter", flag: "token-counter", usage: "the token counter of scopes no tokens.scopes prefix matches: " + strings.Join(tokenizer.Names(), ", "),
+			spec: counterName, field: func(f *File) any { return &f.Tokens.Counter }},
+		{key: "tokens.scopes", overrides: true},
 		{key: "limits.max_scope_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxScopeBytes }},
 		{key: "limits.max_id_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxIDBytes }},
 		{key: "limits.max_goal_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxGoalBytes }},

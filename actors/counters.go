@@ -107,6 +107,16 @@ func (h *handler) scopeCounter(st *frames.State) (compaction.Counter, string, bo
 	return ct, name, ok
 }
 
+// packCounter is the counter a pack of st is built under: its handles'
+// (scopeCounter), or the configured one when it has no live handle (none
+// was counted under another).
+func (h *handler) packCounter(st *frames.State) (compaction.Counter, string, bool) {
+	if want := h.cfg.CounterFor(st.Scope); !frames.SameCounter(want.Name, st.Counter) && !st.HasLiveHandles() {
+		return want.Counter, want.Name, true
+	}
+	return h.scopeCounter(st)
+}
+
 // counted is a text's size under a counter: as is and light.
 type counted struct{ tokens, light int64 }
 
@@ -196,8 +206,12 @@ const (
 
 // checkCounter compares the counter configured for e's scope with the one
 // its handles are under. When they differ it starts a background recount
-// (nil, false: serve req meanwhile), or, when this server does not know the
-// scope's counter, returns a job that recounts before req is served.
+// (false: serve req meanwhile), or, when this server does not know the
+// scope's counter, returns a job that recounts before req is served. A
+// scope with no live handle has nothing to recount: the change is written
+// (no counts) just before the first request that counts content, which
+// then counts under the configured counter; requests that count nothing
+// add no event.
 func (h *handler) checkCounter(req messages.Request, e *entry) (outcome, bool) {
 	st := e.st
 	want := h.cfg.CounterFor(st.Scope)
@@ -206,6 +220,15 @@ func (h *handler) checkCounter(req messages.Request, e *entry) (outcome, bool) {
 	}
 	if _, running := h.recounts[st.Scope]; running {
 		return outcome{}, false
+	}
+	if !st.HasLiveHandles() {
+		if d := entryFor(req); d == nil || d.count == nil {
+			return outcome{}, false
+		}
+		h.recounts[st.Scope] = &recounting{to: want.Name}
+		rc := &recountReq{scope: st.Scope, from: st.CounterOf(), to: want.Name, version: st.Version, started: time.Now(),
+			counts: map[handleKey]counted{}, then: req}
+		return h.recountWrite(rc, e), true
 	}
 	if _, _, known := h.scopeCounter(st); !known {
 		h.log.Info("stateindex: the scope's token counter is unknown to this server: recounting its handles before serving it",

@@ -684,7 +684,7 @@ const MinPackBudget = frames.MinPackBudget
 func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) messages.Reply {
 	// The scope's counter, which its handles were counted under: a pack
 	// never mixes counters (counters.go).
-	counter, name, ok := h.scopeCounter(st)
+	counter, name, ok := h.packCounter(st)
 	if !ok {
 		return failure(r, messages.Errorf(messages.CodeInternal, "scope %q is counted under %q, unknown to this server", st.Scope, name))
 	}

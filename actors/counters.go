@@ -179,6 +179,7 @@ type recountReq struct {
 	scope, from, to string
 	version         int64 // the scope's version when its handles were copied
 	counts          map[handleKey]counted
+	written         int // handles the change counts
 	started         time.Time
 	// then is the request that waits for this one (a blocking recount):
 	// the outcomes that follow answer it (outcome.req).
@@ -319,6 +320,7 @@ func (h *handler) recountWrite(rc *recountReq, e *entry) outcome {
 		}
 		counts = append(counts, frames.HandleCount{Frame: lh.Frame, Handle: lh.Handle, Tokens: c.tokens, Light: c.light})
 	}
+	rc.written = len(counts)
 	id := fmt.Sprintf("stateindex-recount/%s/%d", rc.to, rc.version)
 	sum := sha256.Sum256([]byte(frames.TypeCounterChanged + " " + rc.to))
 	now := h.cfg.Clock().UnixNano()
@@ -384,7 +386,7 @@ func (h *handler) recountDone(rc *recountReq, reply messages.Reply) outcome {
 		return replied(reply)
 	}
 	h.log.Info("stateindex: recounted a scope's handles under its configured counter",
-		"scope", rc.scope, "from", rc.from, "to", rc.to, "handles", len(rc.counts), "ms", time.Since(rc.started).Milliseconds())
+		"scope", rc.scope, "from", rc.from, "to", rc.to, "handles", rc.written, "ms", time.Since(rc.started).Milliseconds())
 	if rc.then != nil {
 		return h.serveNext(rc.then)
 	}

@@ -15,7 +15,13 @@ package actors
 //     internal request (recountReq) appends scope.counter_changed through
 //     the normal write path, counting then the handles added meanwhile;
 //   - before anything else when it is not (CounterByName does not know
-//     it): a job holding the scope counts, writes, then serves the request.
+//     it): a job holding the scope counts, writes, then serves the request;
+//   - with no event of its own for a scope with no live handle (a new
+//     scope): the change (no counts) is written just before the first
+//     request that counts content, whose reply's version is then one more
+//     than the scope's before it (an IfVersion guard on that request,
+//     computed before, fails with version_conflict; resend it with the
+//     new version).
 //
 // A counting mutation under a counter that is not the O(1) estimate counts
 // its content off the shard's goroutine too: a job (the scope held) counts
@@ -55,7 +61,13 @@ func (c *Config) checkCounters() error {
 		if r.Name == "" || r.Counter == nil {
 			return fmt.Errorf("actors: Counters[%d] (prefix %q) needs a name and a counter", i, r.Prefix)
 		}
+		if err := frames.ValidateID("counter name", r.Name, c.Frames.MaxIDBytes); err != nil {
+			return fmt.Errorf("actors: Counters[%d] (prefix %q): %w", i, r.Prefix, err)
+		}
 		rules[i].Name = frames.CanonicalCounter(r.Name)
+	}
+	if err := frames.ValidateID("counter name", frames.CanonicalCounter(c.CounterName), c.Frames.MaxIDBytes); err != nil {
+		return fmt.Errorf("actors: CounterName: %w", err)
 	}
 	sort.SliceStable(rules, func(i, j int) bool { return len(rules[i].Prefix) > len(rules[j].Prefix) })
 	c.Counters = rules
@@ -321,8 +333,10 @@ func (h *handler) recountWrite(rc *recountReq, e *entry) outcome {
 		counts = append(counts, frames.HandleCount{Frame: lh.Frame, Handle: lh.Handle, Tokens: c.tokens, Light: c.light})
 	}
 	rc.written = len(counts)
-	id := fmt.Sprintf("stateindex-recount/%s/%d", rc.to, rc.version)
+	// The id is the same for the same change at the same version: a crash
+	// or a restart before it committed starts over under the same id.
 	sum := sha256.Sum256([]byte(frames.TypeCounterChanged + " " + rc.to))
+	id := fmt.Sprintf("stateindex-recount-%x-%d", sum[:8], rc.version)
 	now := h.cfg.Clock().UnixNano()
 	if _, dup, err := st.CheckRequest(id, sum[:], now); err != nil || dup {
 		return h.recountOver(rc, err)

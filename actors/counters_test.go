@@ -171,6 +171,7 @@ func TestBadCounterRulesAreRefused(t *testing.T) {
 	}{
 		{"no name", actors.CounterRule{Prefix: "a/", Counter: perByte(1)}},
 		{"no counter", actors.CounterRule{Prefix: "a/", Name: "x"}},
+		{"an unprintable name", actors.CounterRule{Prefix: "a/", Name: "my counter", Counter: perByte(1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(newFakeClock())
@@ -179,7 +180,7 @@ func TestBadCounterRulesAreRefused(t *testing.T) {
 			defer sys.Shutdown()
 			_, err := actors.Start(sys, eventstore.NewMemory(), cfg)
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), "needs a name and a counter")
+			assert.Contains(t, err.Error(), "Counters[0]")
 		})
 	}
 }

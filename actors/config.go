@@ -46,9 +46,21 @@ type Config struct {
 	RequestHorizon time.Duration
 	ClockSkew      time.Duration
 	// Counter counts tokens; packs never exceed their budget under it.
+	// It is the counter of the scopes no rule of Counters matches.
 	Counter compaction.Counter
-	// CounterName names the counter in packs' metadata.
+	// CounterName names the counter in packs' metadata and in the scopes'
+	// state (frames.State.Counter).
 	CounterName string
+	// Counters select a counter per scope prefix: the longest matching
+	// Prefix wins, else Counter. A rule needs a name and a counter. A
+	// scope whose handles were counted under another counter is recounted
+	// in the background (see counters.go).
+	Counters []CounterRule
+	// CounterByName finds a counter by its name: the counter a scope's
+	// handles were counted under, when it is none of the configured ones
+	// (cmd/stateindex wires tokenizer.New). nil knows only the configured
+	// counters and the estimate.
+	CounterByName func(name string) (compaction.Counter, bool)
 	// Summarizer writes the summaries of compaction.
 	Summarizer compaction.Summarizer
 	// Custom holds the compaction strategies that requests can name with
@@ -135,6 +147,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CounterName == "" {
 		c.CounterName = fmt.Sprintf("%T", c.Counter)
+	}
+	if err := c.checkCounters(); err != nil {
+		return c, err
 	}
 	if c.Summarizer == nil {
 		c.Summarizer = d.Summarizer

@@ -84,6 +84,21 @@ type opEntry struct {
 	// a job, run off the shard with the scope held, whose result decide
 	// finds in handler.prepared. A nil job means nothing to read.
 	prepare func(h *handler, st *frames.State, req messages.Request) *job
+	// count, when set, names the texts decide counts (h.count): under a
+	// counter that is not the estimate they are counted off the shard's
+	// goroutine first (counters.go), and decide finds their counts.
+	count func(st *frames.State, req messages.Request) []string
+}
+
+// counting sets an entry's count, typed by its request R.
+func counting[R messages.Request](e opEntry, texts func(st *frames.State, r R) []string) opEntry {
+	e.count = func(st *frames.State, req messages.Request) []string {
+		if r, ok := req.(R); ok {
+			return texts(st, r)
+		}
+		return nil
+	}
+	return e
 }
 
 // entryFor returns req's entry, or nil for a request no entry handles.
@@ -210,7 +225,7 @@ func init() {
 				return &messages.UpdateFrameReply{Result: res, FrameID: frameOf(evs), Suspension: h.suspension(evs[1:], res.Version)}, nil
 			}),
 
-		messages.OpAddContextHandle: mutation(
+		messages.OpAddContextHandle: counting(mutation(
 			func(h *handler, st *frames.State, r *messages.AddContextHandle, hdr frames.Header) (frames.Command, error) {
 				id, err := frames.ResolveFrame(st, r.FrameID)
 				if err != nil {
@@ -232,6 +247,7 @@ func init() {
 				return &messages.AddContextHandleReply{Result: res, FrameID: frameOf(evs), HandleID: e.Handle.ID, Tokens: e.Handle.Tokens,
 					ContextChange: messages.ContextChange{Continued: continued(evs)}}, nil
 			}),
+			func(_ *frames.State, r *messages.AddContextHandle) []string { return []string{r.Content} }),
 
 		messages.OpAddResult: mutation(
 			func(h *handler, st *frames.State, r *messages.AddResult, hdr frames.Header) (frames.Command, error) {
@@ -269,7 +285,7 @@ func init() {
 				return &messages.StartToolCallReply{Result: res, FrameID: frameOf(evs), CallID: e.CallID}, nil
 			}),
 
-		messages.OpFinishToolCall: mutation(
+		messages.OpFinishToolCall: counting(mutation(
 			func(h *handler, st *frames.State, r *messages.FinishToolCall, hdr frames.Header) (frames.Command, error) {
 				id, err := frames.ResolveFrame(st, r.FrameID)
 				if err != nil {
@@ -301,6 +317,13 @@ func init() {
 				return &messages.FinishToolCallReply{Result: res, FrameID: frameOf(evs), CallID: e.CallID,
 					CallHandleID: e.CallHandle.ID, ResultHandleID: e.ResultHandle.ID, Tokens: e.CallHandle.Tokens + e.ResultHandle.Tokens,
 					ContextChange: messages.ContextChange{Continued: continued(evs)}}, nil
+			}),
+			func(st *frames.State, r *messages.FinishToolCall) []string {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				if err != nil {
+					return nil
+				}
+				return []string{frames.ToolCallText(st, id, r.CallID, r.Call), r.Output}
 			}),
 
 		// A pack of a finished frame is assembled from it and its
@@ -354,7 +377,7 @@ func init() {
 				s := r.Strategy
 				cmd, err := frames.PlanCompaction(h.cfg.Frames, st, hdr, frames.CompactionQuery{FrameID: r.FrameID, Target: r.TargetTokens,
 					Strategy: frames.StrategySpec{Kind: s.Kind, KeepRecent: s.KeepRecent, MessageCount: s.MessageCount, Custom: s.Custom},
-					Custom:   h.cfg.Custom, SummaryID: h.cfg.NewID(), Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer})
+					Custom:   h.cfg.Custom, SummaryID: h.cfg.NewID(), Counter: h.cur, Summarizer: h.cfg.Summarizer})
 				if err != nil {
 					return nil, err // not a typed nil in a frames.Command
 				}
@@ -628,14 +651,14 @@ func (h *handler) readChainHead(st *frames.State, req messages.Request) *job {
 			m, _ := req.(messages.MutatingRequest)
 			h.prepared = rd.f
 			defer func() { h.prepared = nil }()
-			return h.mutate(m, &dispatch[messages.OpResumeChain], e, LoadInfo{})
+			return h.mutate(m, &dispatch[messages.OpResumeChain], e, LoadInfo{}, nil)
 		}}
 }
 
 // continueWith mints what a continuation needs.
 func (h *handler) continueWith() frames.ContinueWith {
 	return frames.ContinueWith{Mint: frames.ContinueMint{FrameID: h.cfg.NewID(), SegmentID: h.cfg.NewID(), SummaryID: h.cfg.NewID()},
-		Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer}
+		Counter: h.cur, Summarizer: h.cfg.Summarizer}
 }
 
 // autoContinue is continueWith when automatic continuation is on, else nil.
@@ -727,8 +750,9 @@ func (h *handler) contextChange(st *frames.State, req messages.Request, reply me
 	ch.Pressure = &messages.Pressure{Tokens: p.Tokens, Window: p.Window, Permille: p.Permille}
 	if op := req.Op(); ch.Continued == nil && (op == messages.OpAddContextHandle || op == messages.OpFinishToolCall) &&
 		h.cfg.Frames.ContinueAt > 0 && p.Permille >= h.cfg.Frames.ContinueAt {
+		ct, _, _ := h.scopeCounter(st)
 		probe := frames.ContinueWith{Mint: frames.ContinueMint{FrameID: "~probe", SegmentID: "~probe-segment", SummaryID: "~probe-summary"},
-			Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer}
+			Counter: ct, Summarizer: h.cfg.Summarizer}
 		ch.ContinueSkipped = frames.AutoContinueSkipped(h.cfg.Frames, st, id, probe)
 	}
 }
@@ -844,11 +868,6 @@ func (h *handler) mint(now int64, ttl int64) frames.Mint {
 	return frames.NewMint(h.cfg.NewID(), now, frames.TokenTTL(ttl, int64(h.cfg.TokenTTL), int64(h.cfg.MaxTokenTTL)))
 }
 
-// count measures content under the server's counter (frames.CountContent).
-func (h *handler) count(what, content string) (tokens, light int64, err error) {
-	return frames.CountContent(h.cfg.Frames, h.cfg.Counter, what, content)
-}
-
 // token signs the suspension an event recorded.
 func (h *handler) token(e *frames.FrameSuspended, version int64) *messages.SuspensionToken {
 	s := e.Suspension
@@ -926,8 +945,14 @@ const MinPackBudget = frames.MinPackBudget
 // assemble builds a context pack with frames.AssemblePack, reusing the
 // shard's buffers, and turns it into the reply.
 func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) messages.Reply {
+	// The scope's counter, which its handles were counted under: a pack
+	// never mixes counters (counters.go).
+	counter, name, ok := h.packCounter(st)
+	if !ok {
+		return failure(r, messages.Errorf(messages.CodeInternal, "scope %q is counted under %q, unknown to this server", st.Scope, name))
+	}
 	p, err := frames.AssemblePack(h.cfg.Frames, st, frames.PackQuery{FrameID: r.FrameID, Budget: r.BudgetTokens, Role: r.Role,
-		Include: r.IncludeHandles, Exclude: r.ExcludeHandles, MinLevel: r.MinCompaction, Counter: h.cfg.Counter, Summarizer: h.cfg.Summarizer, CounterName: h.cfg.CounterName}, &h.pack)
+		Include: r.IncludeHandles, Exclude: r.ExcludeHandles, MinLevel: r.MinCompaction, Counter: counter, Summarizer: h.cfg.Summarizer, CounterName: name}, &h.pack)
 	if err != nil {
 		return failure(r, toWire(err))
 	}
@@ -940,9 +965,11 @@ func (h *handler) assemble(st *frames.State, r *messages.AssembleContextPack) me
 		segs[i] = messages.Segment{HandleID: it.ID, Kind: it.Kind, Role: it.Role, Priority: it.Priority, Content: it.Content,
 			Tokens: it.Tokens, Group: it.Group, Covers: it.Covers}
 	}
+	meta := messages.PackMetadata{Scope: p.Scope, FrameID: p.FrameID, AssembledAt: h.cfg.Clock().UnixNano(),
+		Counter: name, Recounting: h.recountingTo(st.Scope)}
 	return &messages.ContextPack{
 		Result:       messages.Result{Version: p.Version},
-		Metadata:     messages.PackMetadata{Scope: p.Scope, FrameID: p.FrameID, AssembledAt: h.cfg.Clock().UnixNano(), Counter: h.cfg.CounterName},
+		Metadata:     meta,
 		BriefContext: p.Brief,
 		Breadcrumbs:  crumbs,
 		Segments:     segs,

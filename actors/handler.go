@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/messages"
@@ -35,6 +36,14 @@ type handler struct {
 	// prepared is what an entry's prepare job read for the mutation being
 	// decided (see opEntry.prepare), nil otherwise.
 	prepared any
+	// recounts are the scopes with a recount in flight (counters.go);
+	// send hands the shard a message (set when it starts).
+	recounts map[string]*recounting
+	send     func(any)
+	// cur is the counter of the scope being decided, and pre what a
+	// counting job counted for the request (counters.go).
+	cur compaction.Counter
+	pre map[string]counted
 }
 
 // entry is a cached scope.
@@ -46,10 +55,12 @@ type entry struct {
 	sinceSnap   int64 // encoded bytes of the events appended since
 	// info says how the scope was loaded, until a ResumeActor reports it.
 	info LoadInfo
+	// recountFailed stops recounts of the scope until it is loaded again.
+	recountFailed bool
 }
 
 func newHandler(cfg Config, store eventstore.Store, cacheScopes int, cacheBytes int64) (*handler, error) {
-	h := &handler{cfg: cfg, store: store, maxBytes: cacheBytes, log: cfg.Logger, inFlight: map[string]int{}}
+	h := &handler{cfg: cfg, store: store, maxBytes: cacheBytes, log: cfg.Logger, inFlight: map[string]int{}, recounts: map[string]*recounting{}}
 	cache, err := simplelru.NewLRU[string, *entry](max(cacheScopes, 1), func(_ string, e *entry) { h.bytes -= e.size })
 	if err != nil {
 		return nil, err
@@ -77,7 +88,10 @@ type write struct {
 // handle answers one request: with a reply now, a write, or a job. A scope
 // not in the cache is loaded by a job first, so that no request ever reads
 // a cold scope from the store on the shard's goroutine. It never panics.
-func (h *handler) handle(req messages.Request) (out outcome) {
+func (h *handler) handle(req messages.Request) outcome { return h.handleWith(req, nil) }
+
+// handleWith is handle with what a counting job counted for req (nil: none).
+func (h *handler) handleWith(req messages.Request, pre *precount) (out outcome) {
 	defer func() {
 		if r := recover(); r != nil {
 			h.log.Error("stateindex: request handler panicked", "error", r, "request", fmt.Sprintf("%T", req))
@@ -103,6 +117,12 @@ func (h *handler) handle(req messages.Request) (out outcome) {
 	if !ok {
 		return outcome{job: h.loadJob(req)}
 	}
+	if rc, ok := req.(*recountReq); ok {
+		return h.recountWrite(rc, e)
+	}
+	if o, held := h.checkCounter(req, e); held {
+		return o
+	}
 	d := entryFor(req)
 	if d == nil {
 		return replied(failure(req, errUnknown(req)))
@@ -118,7 +138,7 @@ func (h *handler) handle(req messages.Request) (out outcome) {
 	if !ok {
 		return replied(failure(req, errUnknown(req)))
 	}
-	return h.mutate(m, d, e, info)
+	return h.mutate(m, d, e, info, pre)
 }
 
 type loaded struct {
@@ -236,7 +256,7 @@ func requestHash(req messages.Request) ([]byte, error) {
 // id checked against the scope's memory of ids (a repeat answered as the
 // original was), the IfVersion guard, then the entry's command decided by
 // frames.Decide into a write that carries the events to append.
-func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, info LoadInfo) outcome {
+func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, info LoadInfo, pre *precount) outcome {
 	var start time.Time
 	if d.state != nil {
 		start = time.Now()
@@ -271,8 +291,20 @@ func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, inf
 			return outcome{job: j}
 		}
 	}
+	ct, name, _ := h.scopeCounter(st)
+	if pre == nil || pre.counter != name { // none, or counted under a counter the scope has left
+		if j := h.countFirst(req, d, st); j != nil {
+			return outcome{job: j}
+		}
+		pre = nil
+	}
 	hdr := frames.Header{RequestID: m.RequestID, RequestHash: hash, Now: now, Reason: m.Reason}
+	h.cur, h.pre = ct, nil
+	if pre != nil {
+		h.pre = pre.texts
+	}
 	cmd, err := d.decide(h, st, req, hdr)
+	h.pre = nil
 	if err != nil {
 		return replied(failure(req, toWire(err)))
 	}
@@ -294,6 +326,9 @@ func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, inf
 // afterWrite is what follows a write's reply: the entry's after job, if
 // it has one and the write succeeded, else the reply itself.
 func (h *handler) afterWrite(w *write, reply messages.Reply) outcome {
+	if rc, ok := w.req.(*recountReq); ok {
+		return h.recountDone(rc, reply)
+	}
 	if w.d == nil || w.d.after == nil || reply.Failure() != nil {
 		return replied(reply)
 	}

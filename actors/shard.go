@@ -48,6 +48,9 @@ type outcome struct {
 	reply messages.Reply
 	w     *write
 	job   *job
+	// req, when set, is the request the outcome answers, if not the one
+	// that led to it (a request that waited for its scope's recount).
+	req messages.Request
 }
 
 // job is I/O a request needs: run on a goroutine of its own (it touches
@@ -136,6 +139,8 @@ func (s *shard) Receive(c actor.Context) {
 		}
 	case *actor.Started:
 		s.waiting = map[string][]envelope{}
+		self, root := c.Self(), c.ActorSystem().Root
+		s.h.send = func(m any) { root.Send(self, m) } // a recount's result comes back as a request
 	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
 	default:
 		if c.Sender() != nil {
@@ -190,6 +195,9 @@ func (s *shard) process(c actor.Context, req messages.Request, to replyTo) bool 
 // started; the last two leave the scope busy (true).
 func (s *shard) run(c actor.Context, scope string, req messages.Request, to replyTo, o outcome) bool {
 	self, root := c.Self(), c.ActorSystem().Root
+	if o.req != nil {
+		req = o.req
+	}
 	switch {
 	case o.w != nil:
 		w := o.w

@@ -59,6 +59,8 @@ func Apply(s *State, e Event) error {
 		}
 	case *ScopeDestroyed:
 		err = applyDestroyed(s, ev, version)
+	case *CounterChanged:
+		err = applyCounterChanged(s, ev)
 	default:
 		return fmt.Errorf("%w: %T", ErrUnknownEventType, e)
 	}

@@ -67,6 +67,8 @@ func Decide(cfg Config, s *State, cmd Command) ([]Event, error) {
 		evs, err = d.continueCmd(c)
 	case *ResumeChain:
 		evs, err = d.resumeChain(c)
+	case *ChangeCounter:
+		evs, err = d.changeCounter(c)
 	default:
 		return nil, invalid("unknown command %T", cmd)
 	}

@@ -79,6 +79,8 @@ func NewEvent(eventType string) (Event, error) {
 		return &ScopeDestroyed{}, nil
 	case TypeContentStored:
 		return &ContentStored{}, nil
+	case TypeCounterChanged:
+		return &CounterChanged{}, nil
 	}
 	return nil, ErrUnknownEventType
 }

@@ -173,7 +173,7 @@ func FromRecord(r *FrameRecord) *Frame {
 // decide or apply anything on it.
 func HistoricView(live *State, path []*Frame) *State {
 	v := &State{Scope: live.Scope, Version: live.Version, Frames: make(map[string]*Frame, len(path)), Tokens: map[string]*TokenRecord{},
-		Horizon: live.Horizon, Skew: live.Skew, LastAt: live.LastAt, KeepFinished: true}
+		Horizon: live.Horizon, Skew: live.Skew, LastAt: live.LastAt, Counter: live.Counter, KeepFinished: true}
 	for _, f := range path {
 		v.Frames[f.ID] = f
 		v.Order = append(v.Order, f.ID)

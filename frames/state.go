@@ -100,6 +100,10 @@ type State struct {
 	// Calibration holds the scope's last calibration samples, oldest
 	// first (RecordUsage; see Calibrate). Absent from older snapshots.
 	Calibration []CalibrationSample `msgpack:"cal,omitempty"`
+	// Counter names the counter the live handles' Tokens are under
+	// (scope.counter_changed sets it); "" is the estimate, as every
+	// snapshot written before the field existed reads (CounterOf).
+	Counter string `msgpack:"cn,omitempty"`
 	// KeepFinished makes the fold keep finished frames (and children
 	// lists): the whole history, for tools and checks. Never encoded.
 	KeepFinished bool `msgpack:"-"`

@@ -358,7 +358,12 @@ type PackMetadata struct {
 	Scope       string `msgpack:"sc"`
 	FrameID     string `msgpack:"f"`
 	AssembledAt int64  `msgpack:"at"`
-	Counter     string `msgpack:"cn"`
+	// Counter names the counter every token count of the pack is under:
+	// the scope's (its handles were counted under it), never a mix.
+	Counter string `msgpack:"cn"`
+	// Recounting, when set, names the counter a recount of the scope's
+	// handles in progress moves it to; later packs will be under it.
+	Recounting string `msgpack:"rc,omitempty"`
 }
 
 // ContextPack is a frame's context fitted to a budget.

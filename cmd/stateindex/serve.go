@@ -52,11 +52,16 @@ func retentionConfig(file *config.File) (actors.RetentionConfig, bool) {
 }
 
 // serveConfig turns a resolved configuration into the StateIndex's
-// actors.Config (keys and logger are added by serve) and store options.
-func serveConfig(file *config.File) (actors.Config, eventstore.Options) {
+// actors.Config (keys and logger are added by serve) and store options;
+// the token counters come from package tokenizer (config.File.Counters).
+func serveConfig(file *config.File) (actors.Config, eventstore.Options, error) {
 	opts := file.StoreOptions()
 	opts.OpenTimeout = 2 * time.Second
-	return file.ActorsConfig(actors.DefaultConfig()), opts
+	cfg := file.ActorsConfig(actors.DefaultConfig())
+	if err := file.Counters(&cfg); err != nil {
+		return cfg, opts, err
+	}
+	return cfg, opts, nil
 }
 
 func serve(args []string, stdout, stderr io.Writer) error {
@@ -80,7 +85,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if clusterName != "" {
 		members = parsePeers(strings.Join(file.Cluster.Peers, ","), listen)
 	}
-	cfg, storeOpts := serveConfig(file)
+	cfg, storeOpts, err := serveConfig(file)
+	if err != nil {
+		return err
+	}
 
 	// Listen for signals before announcing readiness, so a signal right
 	// after the log line is never missed.

@@ -64,7 +64,7 @@ cache: {scopes: 11, mib: 5}
 max_pending: 13
 journal: {enabled: off, segment_mib: 2, segments: 3, apply_interval: 50ms, apply_mib: 1}
 idempotency: {horizon: 2d, clock_skew: 1m}
-tokens: {ttl: 1h, max_ttl: 2h}
+tokens: {ttl: 1h, max_ttl: 2h, counter: o200k_base, scopes: [{prefix: "agents/", counter: cl100k_base}, {prefix: "agents/cheap/", counter: estimate}]}
 limits: {max_depth: 9, max_content_bytes: 1000}
 request_timeout: 5s
 `), 0o600))
@@ -74,9 +74,20 @@ request_timeout: 5s
 	file, err := flags.Resolve()
 	require.NoError(t, err)
 
-	cfg, opts := serveConfig(file)
+	cfg, opts, err := serveConfig(file)
+	require.NoError(t, err)
 	d := actors.DefaultConfig()
 	assert.Equal(t, 5, cfg.Shards, "the flag overrides the file")
+	assert.Equal(t, "o200k_base", cfg.CounterName)
+	require.Len(t, cfg.Counters, 2)
+	assert.Equal(t, []string{"agents/", "cl100k_base", "agents/cheap/", "estimate_bytes_div_4"},
+		[]string{cfg.Counters[0].Prefix, cfg.Counters[0].Name, cfg.Counters[1].Prefix, cfg.Counters[1].Name})
+	assert.Equal(t, int64(3), cfg.Counter.Count("hello hello hello"), "o200k_base counts the server's scopes")
+	ct, ok := cfg.CounterByName("cl100k_base")
+	require.True(t, ok, "the shell finds any tokenizer counter by name")
+	assert.Equal(t, int64(3), ct.Count("hello hello hello"))
+	_, ok = cfg.CounterByName("p50k_base")
+	assert.False(t, ok)
 	assert.Equal(t, int64(7), cfg.SnapshotEvery)
 	assert.Equal(t, 11, cfg.CacheScopes)
 	assert.Equal(t, int64(6)<<20, cfg.CacheBytes)
@@ -99,9 +110,12 @@ func TestServeWithoutConfigKeepsTheDefaults(t *testing.T) {
 	require.NoError(t, fs.Parse(nil))
 	file, err := flags.Resolve()
 	require.NoError(t, err)
-	cfg, opts := serveConfig(file)
+	cfg, opts, err := serveConfig(file)
+	require.NoError(t, err)
 	d := actors.DefaultConfig()
 	assert.Equal(t, "./data", file.DataDir)
+	assert.Equal(t, d.CounterName, cfg.CounterName, "the estimate by default")
+	assert.Equal(t, d.Counter.Count("hello hello hello"), cfg.Counter.Count("hello hello hello"))
 	assert.Equal(t, "info", file.LogLevel)
 	assert.Equal(t, []any{d.Shards, d.SnapshotEvery, d.CacheScopes, d.CacheBytes, d.MaxPending, d.RequestHorizon, d.ClockSkew, d.TokenTTL, d.MaxTokenTTL, d.RequestTimeout, d.Frames},
 		[]any{cfg.Shards, cfg.SnapshotEvery, cfg.CacheScopes, cfg.CacheBytes, cfg.MaxPending, cfg.RequestHorizon, cfg.ClockSkew, cfg.TokenTTL, cfg.MaxTokenTTL, cfg.RequestTimeout, cfg.Frames})

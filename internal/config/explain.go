@@ -66,7 +66,12 @@ func (f *File) explainOverrides(key string, depth int, add func(int, string, Ori
 		v any
 	}
 	var items [][]kv
-	if key == "retention.overrides" {
+	switch key {
+	case "tokens.scopes":
+		for _, o := range f.Tokens.Scopes {
+			items = append(items, []kv{{"prefix", &o.Prefix}, {"counter", &o.Counter}})
+		}
+	case "retention.overrides":
 		for _, o := range f.Retention.Overrides {
 			it := []kv{{"scope_prefix", &o.ScopePrefix}}
 			for _, rk := range []struct {
@@ -81,7 +86,7 @@ func (f *File) explainOverrides(key string, depth int, add func(int, string, Ori
 			}
 			items = append(items, it)
 		}
-	} else {
+	default:
 		for _, o := range f.Expiry.Overrides {
 			it := []kv{{"scope_prefix", &o.ScopePrefix}}
 			if o.InactiveAfter != nil {

@@ -6,8 +6,10 @@ import (
 
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/actors/wire"
+	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/tokenizer"
 )
 
 // File is a resolved configuration: the built-in defaults, overlaid by the
@@ -67,10 +69,21 @@ type Idempotency struct {
 	ClockSkew time.Duration
 }
 
-// Tokens sets suspension tokens' default and largest lifetime.
+// Tokens sets suspension tokens' default and largest lifetime, and the
+// token counters: Counter for the server (a name of tokenizer.Names, in its
+// canonical spelling), Scopes per scope prefix (the longest matching prefix
+// wins).
 type Tokens struct {
-	TTL    time.Duration
-	MaxTTL time.Duration
+	TTL     time.Duration
+	MaxTTL  time.Duration
+	Counter string
+	Scopes  []TokenScope
+}
+
+// TokenScope selects the token counter of the scopes under Prefix.
+type TokenScope struct {
+	Prefix  string
+	Counter string
 }
 
 // Remoting configures Proto.Actor remoting.
@@ -118,7 +131,7 @@ func Default() *File {
 		MaxPending:     d.MaxPending,
 		Journal:        Journal{Enabled: true, SegmentMiB: eventstore.DefaultJournalSegmentBytes >> 20, Segments: eventstore.DefaultJournalSegments, ApplyInterval: eventstore.DefaultApplyInterval, ApplyMiB: eventstore.DefaultApplyBytes >> 20},
 		Idempotency:    Idempotency{Horizon: d.RequestHorizon, ClockSkew: d.ClockSkew},
-		Tokens:         Tokens{TTL: d.TokenTTL, MaxTTL: d.MaxTokenTTL},
+		Tokens:         Tokens{TTL: d.TokenTTL, MaxTTL: d.MaxTokenTTL, Counter: tokenizer.Estimate},
 		Limits:         d.Frames,
 		Continuation:   Continuation{Threshold: float64(frames.DefaultContinueAt) / 1000},
 		RequestTimeout: d.RequestTimeout,
@@ -153,6 +166,32 @@ func (f *File) ActorsConfig(base actors.Config) actors.Config {
 	c.TokenTTL, c.MaxTokenTTL = f.Tokens.TTL, f.Tokens.MaxTTL
 	c.RequestTimeout = f.RequestTimeout
 	return c
+}
+
+// Counters returns the token counters the file configures, as
+// actors.Config holds them: the server's (Counter, CounterName), the rules
+// per scope prefix, and CounterByName (tokenizer.New), which knows every
+// counter of tokenizer.Names, so that a scope counted under a counter the
+// file no longer names is still read right while it is recounted.
+func (f *File) Counters(c *actors.Config) error {
+	def, err := tokenizer.New(f.Tokens.Counter)
+	if err != nil {
+		return fmt.Errorf("tokens.counter: %w", err)
+	}
+	c.Counter, c.CounterName = def, def.Name()
+	c.Counters = nil
+	for i, s := range f.Tokens.Scopes {
+		ct, err := tokenizer.New(s.Counter)
+		if err != nil {
+			return fmt.Errorf("tokens.scopes[%d].counter: %w", i, err)
+		}
+		c.Counters = append(c.Counters, actors.CounterRule{Prefix: s.Prefix, Name: ct.Name(), Counter: ct})
+	}
+	c.CounterByName = func(name string) (compaction.Counter, bool) {
+		ct, err := tokenizer.New(name)
+		return ct, err == nil
+	}
+	return nil
 }
 
 // StoreOptions returns the eventstore options the file sets (the journal).

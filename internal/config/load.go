@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/stateindex/stateindex/tokenizer"
 )
 
 // Load reads the file at path, following its extends chain, and resolves
@@ -65,6 +67,7 @@ func (f *File) SetFlag(name, value string) error {
 
 // check applies the rules that involve more than one key.
 func (f *File) check() error {
+	f.Tokens.Counter, _ = tokenizer.Canonical(f.Tokens.Counter) // checked by its spec: "estimate" reads as the estimate
 	name, peers := f.Origin("cluster.name"), f.Origin("cluster.peers")
 	switch {
 	case f.Cluster.Name != "" && (f.Remoting.Listen == "" || len(f.Cluster.Peers) == 0):
@@ -254,6 +257,10 @@ func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string
 		}
 		s := settingFor(key)
 		switch {
+		case s != nil && s.overrides && key == "tokens.scopes":
+			if err := f.applyTokenScopes(key, v, o, files); err != nil {
+				return err
+			}
 		case s != nil && s.overrides:
 			if err := f.applyOverrides(key, v, o, files); err != nil {
 				return err
@@ -277,6 +284,57 @@ func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string
 			return errAt(o, key, "is not a known key (known here: %s)", strings.Join(knownUnder(prefix), ", "))
 		}
 		f.origins[key] = o
+	}
+	return nil
+}
+
+// applyTokenScopes reads tokens.scopes: a list of {prefix, counter}, the
+// counter a name of tokenizer.Names, each prefix given once.
+func (f *File) applyTokenScopes(key string, v *yaml.Node, o Origin, files map[*yaml.Node]string) error {
+	if v.Kind != yaml.SequenceNode {
+		return errAt(o, key, "must be a list of {prefix: ..., counter: ...}, got %s", describe(v))
+	}
+	f.Tokens.Scopes = nil
+	prefixes := map[string]int{}
+	for i, item := range v.Content {
+		at := fmt.Sprintf("%s[%d]", key, i)
+		io := Origin{File: files[item], Line: item.Line}
+		if item.Kind != yaml.MappingNode {
+			return errAt(io, at, "must be a mapping {prefix: ..., counter: ...}, got %s", describe(item))
+		}
+		var ts TokenScope
+		var hasPrefix, hasCounter bool
+		for j := 0; j+1 < len(item.Content); j += 2 {
+			k, val := item.Content[j], item.Content[j+1]
+			sub := at + "." + k.Value
+			ko := Origin{File: files[k], Line: k.Line}
+			var err error
+			switch k.Value {
+			case "prefix":
+				err, hasPrefix = assign(spec{nonEmpty: true}, &ts.Prefix, val, "", ko, sub), true
+			case "counter":
+				err, hasCounter = assign(counterName, &ts.Counter, val, "", ko, sub), true
+				ts.Counter, _ = tokenizer.Canonical(ts.Counter)
+			default:
+				err = errAt(ko, sub, "is not a known key (known here: prefix, counter)")
+			}
+			if err != nil {
+				return err
+			}
+			f.origins[sub] = ko
+		}
+		switch {
+		case !hasPrefix:
+			return errAt(io, at, "needs a prefix")
+		case !hasCounter:
+			return errAt(io, at, "needs a counter (%s)", strings.Join(tokenizer.Names(), ", "))
+		}
+		if line, dup := prefixes[ts.Prefix]; dup {
+			return errAt(f.origins[at+".prefix"], at+".prefix", "%q is given twice (first at line %d)", ts.Prefix, line)
+		}
+		prefixes[ts.Prefix] = f.origins[at+".prefix"].Line
+		f.origins[at] = io
+		f.Tokens.Scopes = append(f.Tokens.Scopes, ts)
 	}
 	return nil
 }

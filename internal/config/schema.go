@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/stateindex/stateindex/tokenizer"
 )
 
 // spec bounds one value. The value's type is the type its field points to:
@@ -59,6 +61,11 @@ var retentionKeys = []struct {
 var threshold = spec{check: func(s string) bool { f, err := strconv.ParseFloat(s, 64); return err == nil && f > 0 && f <= 1 },
 	want: "a fraction of the window above 0 and at most 1 (0.9: 90%)"}
 
+// counterName is a token counter's name (tokenizer.Names; "estimate" is
+// the estimate's alias).
+var counterName = spec{nonEmpty: true, check: func(s string) bool { _, ok := tokenizer.Canonical(s); return ok },
+	want: "a known token counter (" + strings.Join(tokenizer.Names(), ", ") + ")"}
+
 var logLevel = spec{check: func(s string) bool { var l slog.Level; return l.UnmarshalText([]byte(s)) == nil }, want: "debug, info, warn or error"}
 
 // settings is the schema: every key a file may set.
@@ -80,6 +87,9 @@ var settings = func() []setting {
 		{key: "idempotency.clock_skew", spec: positive(), field: func(f *File) any { return &f.Idempotency.ClockSkew }},
 		{key: "tokens.ttl", spec: positive(), field: func(f *File) any { return &f.Tokens.TTL }},
 		{key: "tokens.max_ttl", spec: positive(), field: func(f *File) any { return &f.Tokens.MaxTTL }},
+		{key: "tokens.counter", flag: "token-counter", usage: "the token counter of scopes no tokens.scopes prefix matches: " + strings.Join(tokenizer.Names(), ", "),
+			spec: counterName, field: func(f *File) any { return &f.Tokens.Counter }},
+		{key: "tokens.scopes", overrides: true},
 		{key: "limits.max_scope_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxScopeBytes }},
 		{key: "limits.max_id_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxIDBytes }},
 		{key: "limits.max_goal_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxGoalBytes }},

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
@@ -407,4 +408,61 @@ func TestSnapshotKeepsTheCounter(t *testing.T) {
 	back, _, err = eventstore.DecodeState("s", snap)
 	require.NoError(t, err)
 	assert.Equal(t, frames.EstimateCounterName, back.CounterOf())
+}
+
+// ResumeChain's user message is a handle added: under a real counter it is
+// counted off the shard's goroutine (with the finished head's read), once —
+// the decide takes the counts, it does not count again — and another scope
+// of the shard is answered meanwhile.
+func TestResumeChainCountsItsMessageOffTheShard(t *testing.T) {
+	b := newBlocker(t)
+	var markerCounts atomic.Int64
+	blocking := b.wrap(perByte(2))
+	counter := compaction.CounterFunc(func(s string) int64 {
+		if strings.Contains(s, marker) {
+			markerCounts.Add(1)
+		}
+		return blocking.Count(s)
+	})
+	e := newEnv(t, func(c *actors.Config) { c.Counter, c.CounterName = counter, "double" })
+	a := "resume-a"
+	var other string
+	for i := 0; other == ""; i++ {
+		if s := "resume-b" + string(rune('a'+i%26)) + strings.Repeat("x", i/26); actors.ShardOf(s, e.cfg.Shards) == actors.ShardOf(a, e.cfg.Shards) {
+			other = s
+		}
+	}
+	fa := push(t, e.c, a, "", 100_000)
+	_, err := e.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(a), FrameID: fa, Role: "user", Priority: compaction.Medium, Content: "do it"})
+	require.NoError(t, err)
+	_, err = e.c.PopFrame(ctx, &messages.PopFrame{Header: mut(a), FrameID: fa, Status: frames.StatusCompleted})
+	require.NoError(t, err)
+	fb := push(t, e.c, other, "", 100_000)
+
+	msg := "again, please " + marker
+	resumed := make(chan *messages.ResumeChainReply, 1)
+	go func() {
+		r, err := e.c.ResumeChain(ctx, &messages.ResumeChain{Header: mut(a), ChainID: fa, Message: msg, Budget: budget.TokenBudget{Total: 10_000}})
+		assert.NoError(t, err)
+		resumed <- r
+	}()
+	<-b.entered // the message is being counted, off the shard
+	r, err := e.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(other), FrameID: fb, Priority: compaction.Medium, Content: "small"})
+	require.NoError(t, err, "another scope of the shard is answered while the message is counted")
+	assert.Equal(t, int64(10), r.Tokens)
+	b.free()
+	rr := <-resumed
+	require.NotNil(t, rr)
+	g, err := e.c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: a}, FrameID: rr.FrameID, WithHandles: true})
+	require.NoError(t, err)
+	var got *frames.ContextHandle
+	for i := range g.Frame.Handles {
+		if g.Frame.Handles[i].ID == rr.MessageID {
+			got = &g.Frame.Handles[i]
+		}
+	}
+	require.NotNil(t, got)
+	assert.Equal(t, frames.RoleUser, got.Role)
+	assert.Equal(t, 2*int64(len(msg)), got.Tokens)
+	assert.Equal(t, int64(2), markerCounts.Load(), "counted once as is and once light, in the job; never again on the shard")
 }

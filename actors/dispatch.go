@@ -48,6 +48,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/messages"
@@ -631,13 +632,26 @@ func (h *handler) readChainHead(st *frames.State, req messages.Request) *job {
 	}
 	type read struct {
 		f   *frames.Frame
+		pre *precount
 		err error
 	}
 	scope := req.ScopeName()
+	// The user's message is a handle added: counted here too, off the
+	// shard's goroutine, under the scope's counter (not the estimate,
+	// which costs nothing); its light count is kept under the light text.
+	ct, name, _ := h.scopeCounter(st)
+	count := name != frames.EstimateCounterName && ct != nil && len(r.Message) <= h.cfg.Frames.MaxContentBytes
 	return &job{scope: scope,
 		run: func() any {
 			f, err := eventstore.LoadFinishedFrame(context.Background(), h.store, scope, head)
-			return read{f, err}
+			rd := read{f: f, err: err}
+			if count && err == nil {
+				rd.pre = &precount{counter: name, texts: map[string]counted{}}
+				tokens, light := ct.Count(r.Message), compaction.LightTokens(r.Message, ct)
+				rd.pre.texts[r.Message] = counted{tokens, light}
+				rd.pre.texts[compaction.LightText(r.Message)] = counted{light, light}
+			}
+			return rd
 		},
 		finish: func(v any) outcome {
 			rd := v.(read)
@@ -651,14 +665,26 @@ func (h *handler) readChainHead(st *frames.State, req messages.Request) *job {
 			m, _ := req.(messages.MutatingRequest)
 			h.prepared = rd.f
 			defer func() { h.prepared = nil }()
-			return h.mutate(m, &dispatch[messages.OpResumeChain], e, LoadInfo{}, nil)
+			return h.mutate(m, &dispatch[messages.OpResumeChain], e, LoadInfo{}, rd.pre)
 		}}
 }
 
-// continueWith mints what a continuation needs.
+// continueWith mints what a continuation needs. Its counter is the
+// scope's, answering from what a job counted for the request (the user's
+// message of a ResumeChain) without counting it again.
 func (h *handler) continueWith() frames.ContinueWith {
+	counter := h.cur
+	if pre := h.pre; len(pre) > 0 && counter != nil {
+		cur := counter
+		counter = compaction.CounterFunc(func(s string) int64 {
+			if c, ok := pre[s]; ok {
+				return c.tokens
+			}
+			return cur.Count(s)
+		})
+	}
 	return frames.ContinueWith{Mint: frames.ContinueMint{FrameID: h.cfg.NewID(), SegmentID: h.cfg.NewID(), SummaryID: h.cfg.NewID()},
-		Counter: h.cur, Summarizer: h.cfg.Summarizer}
+		Counter: counter, Summarizer: h.cfg.Summarizer}
 }
 
 // autoContinue is continueWith when automatic continuation is on, else nil.

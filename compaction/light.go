@@ -32,6 +32,13 @@ func LightTokens(content string, c Counter) int64 {
 	return c.Count(n)
 }
 
+// LightText is content after whitespace normalization: the text whose
+// count LightTokens is.
+func LightText(content string) string {
+	n, _ := normalizeSpace(content)
+	return n
+}
+
 // normalizeSpace replaces each run of ASCII whitespace by a single newline
 // if the run holds one, else by a single space, and trims both ends. It
 // reports whether anything changed; if not it returns s itself. When only

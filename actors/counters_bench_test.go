@@ -15,7 +15,6 @@ import (
 	"github.com/stateindex/stateindex/tokenizer"
 )
 
-
 // BenchmarkAddHandleCounter: AddContextHandle of a handle of the given
 // size under the estimate (counted inline) and o200k_base (counted by a
 // job off the shard's goroutine), end to end through the actor.

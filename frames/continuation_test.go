@@ -423,3 +423,44 @@ func BenchmarkDecideContinue(b *testing.B) {
 		b.ReportMetric(float64(len(evs)), "events")
 	}
 }
+
+// The README's bounds of a continuation: with no ResumeCeiling the default
+// (16,000 tokens) bounds what trails; the summary takes at most a quarter of
+// the ceiling; a link's summary in its chain is at most
+// MaxLinkSummaryBytes.
+func TestContinuationBounds(t *testing.T) {
+	w := newWorld(t)
+	pushWindow(w, "a", "", 1_000_000, 200_000)
+	goal := strings.Repeat("a goal that goes on and on ", 100)
+	w.must(&frames.UpdateFrame{Header: w.hdr(), FrameID: "a", Goal: &goal, Mint: w.mint()})
+	for i := 0; i < 400; i++ {
+		role := frames.RoleUser
+		if i%2 == 1 {
+			role = frames.RoleAssistant
+		}
+		w.add("a", fmt.Sprintf("h%03d", i), role, compaction.Medium, 400) // 160,000 tokens in all
+	}
+	evs := w.must(&frames.ContinueFrame{Header: w.hdr(), FrameID: "a", With: w.with("b")})
+	var trailing, summary int64
+	for _, ev := range evs {
+		if e, ok := ev.(*frames.HandleAdded); ok {
+			switch {
+			case e.Handle.ID == "b-sum":
+				summary = e.Handle.Tokens
+			case strings.HasPrefix(e.Handle.ID, "h"):
+				trailing += e.Handle.Tokens
+			}
+		}
+	}
+	assert.Equal(t, int64(frames.DefaultResumeCeiling), int64(16_000))
+	assert.LessOrEqual(t, trailing, int64(frames.DefaultResumeCeiling), "the trailing handles fit the default ceiling")
+	assert.Greater(t, trailing, int64(frames.DefaultResumeCeiling)-800, "and fill it to within two handles")
+	assert.Positive(t, summary)
+	assert.LessOrEqual(t, summary, int64(frames.DefaultResumeCeiling)/4, "a summary takes at most a quarter of the ceiling")
+	links, _, err := w.s.ChainLinks("b")
+	require.NoError(t, err)
+	require.Len(t, links, 2)
+	assert.LessOrEqual(t, len(links[0].Summary), frames.MaxLinkSummaryBytes)
+	assert.Contains(t, links[0].Summary, "a goal that goes on")
+	assert.Contains(t, links[0].Summary, "…; continued at", "the long goal is cut, marked")
+}

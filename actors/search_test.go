@@ -73,8 +73,8 @@ func TestSearchChainThroughTheClient(t *testing.T) {
 				assert.Contains(t, h.Snippet, "needle")
 			}
 			assert.Equal(t, []string{"A//goal", "A/a1/handle", "A/t1-c/tool_call", "A/t1-r/tool_result", "A/a2/handle",
-				"B//goal",             // the continuation's push takes A's goal over
-				"B/B-sum/summary",     // the extractive summary of A: its paths and text verbatim
+				"B//goal",         // the continuation's push takes A's goal over
+				"B/B-sum/summary", // the extractive summary of A: its paths and text verbatim
 				"B/b1/handle"}, hitKeys(r.Hits))
 			assert.Empty(t, r.Next)
 			assert.Empty(t, r.Unsearched)

@@ -155,6 +155,7 @@ func (b *Builder) Resume(chain, next, msgID, message string, budgetTotal int64) 
 	if err := b.Flush(); err != nil {
 		return err
 	}
+	b.St.SetHistory(eventstore.History(b.Store, b.St.Scope)) // finished links are read from the log
 	head, _, err := frames.ResolveChainHead(b.Cfg, b.St, chain)
 	if err != nil {
 		return err

@@ -92,7 +92,7 @@ type mdLink struct {
 	pushed  *frames.FramePushed
 	popped  *frames.FramePopped
 	cost    budget.Cost
-	carried bool // cost starts with what the continuation carried
+	carried bool              // cost starts with what the continuation carried
 	tools   map[string]string // call id -> name
 	content map[string]string // stored content by hash
 }

@@ -231,3 +231,33 @@ func linkOf(r frames.FrameRecord) ChainLink {
 	return ChainLink{ID: r.ID, Status: r.Status, ContinuedFrom: r.ContinuedFrom, ContinuedTo: r.ContinuedTo,
 		ChainRoot: r.ChainRoot, PushSeq: r.PushSeq}
 }
+
+// StateChain returns the chain holding id as the scope's projection keeps
+// it (frames.State.ChainLinks: O(links), no log read), root first, each
+// link with its pointers and the version of its push. ok is false when the
+// state keeps no chain holding id (a frame in no chain, or one the state
+// does not know). A chain the state keeps that does not lead from its root
+// to its head (a cycle or a broken link: corrupted state) is an error
+// matching ErrCorrupt and frames.ErrChainCorrupt, never a hang.
+//
+// The state knows what the log alone may not: a chain resumed after its
+// head finished is linked only by the new link's frame.pushed, so a walk
+// of the log (ResolveChain with StoreLinks) from a link before the resume
+// stops at the head it resumed.
+func StateChain(st *frames.State, id string) (c Chain, ok bool, err error) {
+	links, root, err := st.ChainLinks(id)
+	if err != nil {
+		return Chain{}, false, &CorruptionError{Stream: st.Scope, Err: err,
+			Reason: fmt.Sprintf("the continuation chain of frame %s as the scope's state keeps it (a cycle or a broken link)", quoteString(id))}
+	}
+	if root == "" {
+		return Chain{}, false, nil
+	}
+	c = Chain{Root: root, Head: links[len(links)-1].ID, Links: make([]ChainLink, len(links))}
+	prev := ""
+	for i, l := range links {
+		c.Links[i] = ChainLink{ID: l.ID, Status: l.Status, ContinuedFrom: prev, ContinuedTo: l.To, ChainRoot: root, PushSeq: l.PushSeq}
+		prev = l.ID
+	}
+	return c, true, nil
+}

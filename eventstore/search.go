@@ -41,7 +41,7 @@ const (
 	HitHandle     = "handle"      // a context handle's content
 	HitToolCall   = "tool_call"   // a tool call's handle
 	HitToolResult = "tool_result" // a tool result's handle
-	HitSummary    = "summary"     // a compaction's summary handle
+	HitSummary    = "summary"     // a summary handle: a compaction's, or one a continuation carries
 	HitResultRef  = "result_ref"  // a result's reference
 	HitResult     = "result"      // a result's summary
 )
@@ -459,7 +459,11 @@ func (s *searcher) visit(r Record) error {
 			text(e.Frame, "", HitGoal, *e.Goal)
 		}
 	case *frames.HandleAdded:
-		handle(e.Frame, HitHandle, &e.Handle)
+		kind := HitHandle
+		if e.Handle.Kind == frames.SummaryKind {
+			kind = HitSummary
+		}
+		handle(e.Frame, kind, &e.Handle)
 	case *frames.ToolFinished:
 		handle(e.Frame, HitToolCall, &e.CallHandle)
 		handle(e.Frame, HitToolResult, &e.ResultHandle)

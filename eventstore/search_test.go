@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,42 +16,50 @@ import (
 	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/internal/chaintest"
 )
 
-// Chains for the search tests are built without ContinueFrame: the links
-// are ordinary frames whose chain fields the driver sets (in the state,
-// so that the frame.popped records carry them, and on the frame.pushed
-// events), the way a continuation records them.
+// Chains for the search tests are real: a link is continued with the
+// core's ContinueFrame (the mint naming the next link), which in one append
+// pops it, pushes the next link and adds the handles that link carries (a
+// continuation segment, a summary, every Critical handle and the trailing
+// handles from a user's); the fold checks every chain event.
 
-// startLink pushes a link continuing prev ("" for the root) of the chain
-// rooted at root.
+// testWindow is the roots' context window: a continuation must free 5% of
+// it.
+const testWindow = 10_000
+
+// startLink starts link id of the chain rooted at root: a root (prev "")
+// is pushed; any other link was pushed by the continuation that made it,
+// and gets goal with an UpdateFrame when it is not the one it took over.
 func (d *scopeDriver) startLink(id, prev, root, goal string) {
 	d.t.Helper()
-	evs, err := frames.Decide(frames.DefaultConfig(), d.st, &frames.PushFrame{Header: d.hdr(), FrameID: id, Goal: goal,
-		Budget: budget.TokenBudget{Total: 1 << 40}})
-	require.NoError(d.t, err)
-	p := evs[0].(*frames.FramePushed)
-	if prev != "" {
-		p.ContinuedFrom, p.ChainRoot = prev, root
+	if prev == "" {
+		d.do(&frames.PushFrame{Header: d.hdr(), FrameID: id, Goal: goal, Budget: budget.TokenBudget{Total: 1 << 40}, ContextWindow: testWindow})
+		return
 	}
-	d.append(evs...)
 	f := d.st.Frame(id)
-	if prev != "" {
-		f.ContinuedFrom = prev
+	require.NotNil(d.t, f, "the continuation pushed %q", id)
+	require.Equal(d.t, prev, f.ContinuedFrom)
+	require.Equal(d.t, root, f.ChainRoot)
+	if f.Goal != goal {
+		d.do(&frames.UpdateFrame{Header: d.hdr(), FrameID: id, Goal: &goal})
 	}
-	f.ChainRoot = root
 }
 
-// continueLink ends link id as continued by next.
-func (d *scopeDriver) continueLink(id, next string) {
+// continueLink continues link id as next (ContinueFrame with ceiling and
+// summary: "" the extractive one's) and returns the append's events.
+func (d *scopeDriver) continueLink(id, next string, ceiling int64, summary string) []frames.Event {
 	d.t.Helper()
-	d.st.Frame(id).ContinuedTo = next
-	evs, err := frames.Decide(frames.DefaultConfig(), d.st, &frames.PopFrame{Header: d.hdr(), FrameID: id, Status: frames.StatusCompleted})
-	require.NoError(d.t, err)
-	p := evs[0].(*frames.FramePopped)
-	p.Status, p.ContinuedTo = frames.StatusContinued, next
-	p.Final.Status, p.Final.ContinuedTo = frames.StatusContinued, next
-	d.append(evs...)
+	return d.do(&frames.ContinueFrame{Header: d.hdr(), FrameID: id, ResumeCeiling: ceiling, Summary: summary,
+		With: frames.ContinueWith{Mint: chaintest.Mint(next)}})
+}
+
+// addH adds a handle with a role, a priority and a token count.
+func (d *scopeDriver) addH(frame, id string, role frames.Role, p compaction.Priority, content string, tokens int64) {
+	d.t.Helper()
+	d.do(&frames.AddContextHandle{Header: d.hdr(), FrameID: frame, Handle: frames.ContextHandle{
+		ID: id, Kind: "text", Role: role, Priority: p, Content: content, Tokens: tokens}})
 }
 
 func (d *scopeDriver) tool(frame, call, input, output string) {
@@ -109,26 +118,34 @@ func keys(hs []eventstore.SearchHit) []hitKey {
 // buildChain: A (continued) → B (continued) → C (live), with the needle
 // in a goal, inline handles, content stored once by reference and
 // referred to again, a tool call and its result, a compacted handle and a
-// summary, a result, and in a frame outside the chain.
+// summary, a result, and in a frame outside the chain; and in what the
+// continuations carry: the summaries, a Critical handle (carried into
+// every link) and the trailing handles from a user's.
 func buildChain(t *testing.T) *scopeDriver {
 	d := newScopeDriver(t, "s")
 	big := largeText("big needle stored once ", 4<<10)
 	d.startLink("A", "", "A", "plan the needle hunt")
-	d.add("A", "a1", "first needle here")
-	d.add("A", "a2", big)   // stores the content
-	d.add("A", "a3", big)   // refers to it
-	d.add("A", "a4", "hay") // no hit
+	d.addH("A", "a1", "", compaction.Low, "first needle here", 600) // compacted: frees 6% of the window
+	d.addH("A", "a2", "", compaction.Low, big, 1000)                // stores the content
+	d.addH("A", "a3", "", compaction.Low, big, 1000)                // refers to it
+	d.add("A", "a4", "hay")                                         // no hit
 	d.tool("A", "t1", "grep needle", "found the needle twice")
 	d.do(&frames.CompactContext{Header: d.hdr(), FrameID: "A", Strategy: "custom", Removed: []string{"a1"},
 		Summary: &frames.ContextHandle{ID: "s1", Kind: "summary", Priority: compaction.High, Content: "summary: a needle was found", Tokens: 2, Covers: []string{"a1"}}})
 	d.push("X", "") // outside the chain
 	d.add("X", "x1", "needle outside the chain")
 	d.do(&frames.AddResult{Header: d.hdr(), FrameID: "A", Result: frames.ResultRef{ID: "r1", Kind: "file", Ref: "out/needle.txt", Summary: "the needle report"}})
-	d.continueLink("A", "B")
+	d.addH("A", "a5", frames.RoleSystem, compaction.Critical, "critical: keep the needle", 5) // carried into every link
+	d.addH("A", "a6", frames.RoleUser, compaction.Medium, "is the needle still there?", 5)    // the trailing run starts here
+	d.addH("A", "a7", frames.RoleAssistant, compaction.Medium, "hay all around", 5)           // carried, no hit
+	// B carries: B-seg, B-sum (this summary), a5, a6, a7.
+	d.continueLink("A", "B", 0, "the needle report is out/needle.txt")
 	d.startLink("B", "A", "A", "second link")
-	d.add("B", "b1", "more hay, then a needle ✓ with 日本語")
-	d.add("B", "b2", big) // B stores it again (its own span)
-	d.continueLink("B", "C")
+	d.addH("B", "b2", "", compaction.Low, big, 1000) // B stores it again (its own span)
+	d.addH("B", "b1", frames.RoleUser, compaction.Medium, "more hay, then a needle ✓ with 日本語", 5)
+	// C carries: C-seg, C-sum (the extractive summary of the rest), B-seg
+	// and a5 (Critical), b1 (the trailing run within 500 tokens).
+	d.continueLink("B", "C", 500, "")
 	d.startLink("C", "B", "A", "third link, needle goal")
 	d.add("C", "c1", "live needle")
 	return d
@@ -144,10 +161,34 @@ var wantChainHits = []hitKey{
 	{"A", "s1", eventstore.HitSummary},
 	{"A", "r1", eventstore.HitResultRef},
 	{"A", "r1", eventstore.HitResult},
-	{"B", "b1", eventstore.HitHandle},
+	{"A", "a5", eventstore.HitHandle},
+	{"A", "a6", eventstore.HitHandle},
+	// The continuation A → B: B's push takes A's goal over, then the
+	// handles B carries.
+	{"B", "", eventstore.HitGoal},
+	{"B", "B-sum", eventstore.HitSummary},
+	{"B", "a5", eventstore.HitHandle},
+	{"B", "a6", eventstore.HitHandle},
 	{"B", "b2", eventstore.HitHandle},
-	{"C", "", eventstore.HitGoal},
+	{"B", "b1", eventstore.HitHandle},
+	// The continuation B → C (C's push takes "second link" over: no hit).
+	{"C", "C-sum", eventstore.HitSummary},
+	{"C", "a5", eventstore.HitHandle},
+	{"C", "b1", eventstore.HitHandle},
+	{"C", "", eventstore.HitGoal}, // its goal set
 	{"C", "c1", eventstore.HitHandle},
+}
+
+// hitsOf returns the hits of want whose link is not one of the frames
+// gone.
+func hitsOf(want []hitKey, gone ...string) []hitKey {
+	out := []hitKey{}
+	for _, h := range want {
+		if !slices.Contains(gone, h.Frame) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 func TestResolveChainFromAnyLink(t *testing.T) {
@@ -183,7 +224,9 @@ func TestSearchChainFindsEveryKindOfContent(t *testing.T) {
 		{"substring", "needle", false, wantChainHits},
 		{"regex", `ne+dle`, true, wantChainHits},
 		{"regex anchored", `^live needle$`, true, []hitKey{{"C", "c1", eventstore.HitHandle}}},
-		{"unicode", "日本", false, []hitKey{{"B", "b1", eventstore.HitHandle}}},
+		{"unicode", "日本", false, []hitKey{{"B", "b1", eventstore.HitHandle}, {"C", "b1", eventstore.HitHandle}}}, // and its carried copy
+		{"a continuation's own text", "This task was continued from frame", false, []hitKey{
+			{"B", "B-seg", eventstore.HitHandle}, {"C", "C-seg", eventstore.HitHandle}, {"C", "B-seg", eventstore.HitHandle}}}, // B-seg is Critical
 		{"no hit", "zebra", false, []hitKey{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,7 +262,9 @@ func TestSearchPaginationCoversEveryHitOnce(t *testing.T) {
 	c := d.chain("C")
 	full, err := eventstore.Search(context.Background(), d.store, eventstore.SearchQuery{Scope: "s", Links: c.Links, Text: "needle", Limit: 500})
 	require.NoError(t, err)
-	for _, limit := range []int{1, 2, 3, 5, 12, 13, 14} {
+	n := len(full.Hits)
+	require.Len(t, full.Hits, len(wantChainHits))
+	for _, limit := range []int{1, 2, 3, 5, n - 1, n, n + 1} {
 		t.Run(fmt.Sprint(limit), func(t *testing.T) {
 			all, _, pages := searchAll(t, d.store, eventstore.SearchQuery{Scope: "s", Links: c.Links, Text: "needle", Limit: limit})
 			assert.Equal(t, keys(full.Hits), keys(all))
@@ -313,22 +358,69 @@ func TestResolveChainDetectsCycles(t *testing.T) {
 		})
 	}
 	t.Run("links that disagree", func(t *testing.T) {
+		// A copy of a real chain's store whose C says it continues
+		// another frame: a store the fold would refuse (written raw).
 		d := buildChain(t)
-		d.st.Frame("C").ContinuedFrom = "X" // X says nothing of C
-		_, err := eventstore.ResolveChain(context.Background(), "C", d.links())
-		require.NoError(t, err, "a neighbour that names no successor is not a contradiction")
-		d.st.Frame("C").ContinuedFrom = "A" // A says it continued to B
-		_, err = eventstore.ResolveChain(context.Background(), "C", d.links())
-		require.ErrorIs(t, err, eventstore.ErrCorrupt)
-		assert.Contains(t, err.Error(), `"A"`)
+		for _, tc := range []struct {
+			from string
+			err  string // "" : resolves
+		}{
+			{"X", ""},      // X says nothing of C: a neighbour that names no successor is not a contradiction
+			{"A", `"A"`},   // A says it continued to B
+			{"C", "cycle"}, // C continues itself
+		} {
+			t.Run("C continues "+tc.from, func(t *testing.T) {
+				cp := corruptCopy(t, d.store, "s", func(ev frames.Event) {
+					if p, ok := ev.(*frames.FramePushed); ok && p.Frame == "C" {
+						p.ContinuedFrom = tc.from
+					}
+				})
+				c, err := eventstore.ResolveChain(context.Background(), "C", eventstore.StoreLinks(cp, "s", nil))
+				if tc.err == "" {
+					require.NoError(t, err)
+					assert.Equal(t, []string{"X", "C"}, c.IDs())
+					return
+				}
+				require.ErrorIs(t, err, eventstore.ErrCorrupt)
+				assert.Contains(t, err.Error(), tc.err)
+			})
+		}
 	})
 }
 
+// corruptCopy copies scope's records of store into a new store, each
+// event passed through edit first, appended raw (no fold sees them: the
+// hash chain is whole, the content is what edit made it).
+func corruptCopy(t *testing.T, store eventstore.Store, scope string, edit func(frames.Event)) eventstore.Store {
+	t.Helper()
+	ctx := context.Background()
+	cp := eventstore.NewMemory()
+	require.NoError(t, store.ReadStream(ctx, scope, 1, func(r eventstore.Record) error {
+		ev, err := eventstore.DecodeFrameEvent(r)
+		if err != nil {
+			return err
+		}
+		edit(ev)
+		rec, err := eventstore.EncodeFrameEvent(ev)
+		if err != nil {
+			return err
+		}
+		_, err = cp.Append(ctx, scope, r.Version-1, []eventstore.Event{rec})
+		return err
+	}))
+	return cp
+}
+
 // removeThrough archives (when dir is set) and removes the scope's
-// history through version through, as a retention pass does.
+// history through version through, as a retention pass does — once the
+// chain's head C finished: the core refuses to cut into a chain whose head
+// is live.
 func (d *scopeDriver) removeThrough(through int64, dir string) string {
 	d.t.Helper()
 	ctx := context.Background()
+	if f := d.st.Frame("C"); f != nil && f.Status.Live() {
+		d.do(&frames.PopFrame{Header: d.hdr(), FrameID: "C", Status: frames.StatusCompleted})
+	}
 	rec, ok, err := eventstore.ReadRecord(ctx, d.store, "s", through)
 	require.NoError(d.t, err)
 	require.True(d.t, ok)
@@ -403,7 +495,7 @@ func TestSearchRemovedHistory(t *testing.T) {
 			c := d.chain("B")
 			res, err := eventstore.Search(ctx, d.store, eventstore.SearchQuery{Scope: "s", Links: c.Links, Text: "needle", Limit: 500})
 			require.NoError(t, err)
-			assert.Equal(t, wantChainHits[9:], keys(res.Hits), "only what is still stored")
+			assert.Equal(t, hitsOf(wantChainHits, "A"), keys(res.Hits), "only what is still stored")
 			require.Len(t, res.Unsearched, 1)
 			assert.Equal(t, int64(1), res.Unsearched[0].From)
 			assert.Equal(t, through, res.Unsearched[0].Through)
@@ -420,4 +512,142 @@ func TestSearchRemovedHistory(t *testing.T) {
 		assert.Equal(t, []hitKey{{"Z", "z1", eventstore.HitHandle}}, keys(res.Hits))
 		assert.Empty(t, res.Unsearched)
 	})
+}
+
+// The log's links (no state) and the projection's chain agree on a real
+// chain, from any link: ids, statuses, where each link was pushed.
+func TestResolveChainAgreesWithTheState(t *testing.T) {
+	d := buildChain(t)
+	for _, id := range []string{"A", "B", "C"} {
+		t.Run(id, func(t *testing.T) {
+			c, err := eventstore.ResolveChain(context.Background(), id, eventstore.StoreLinks(d.store, "s", nil))
+			require.NoError(t, err)
+			links, root, err := d.st.ChainLinks(id)
+			require.NoError(t, err)
+			assert.Equal(t, root, c.Root)
+			require.Len(t, c.Links, len(links))
+			for i, l := range links {
+				assert.Equal(t, l.ID, c.Links[i].ID)
+				assert.Equal(t, l.Status, c.Links[i].Status)
+				assert.Equal(t, l.PushSeq, c.Links[i].PushSeq)
+				assert.Equal(t, l.To, c.Links[i].ContinuedTo)
+			}
+		})
+	}
+}
+
+// A link a continuation makes has its every event in one append with its
+// predecessor's frame.popped: its range starts right after that pop, and
+// the copies it carries are hits at the versions of that append.
+func TestSearchLinkRangesOfContinuedLinks(t *testing.T) {
+	ctx := context.Background()
+	d := buildChain(t)
+	span := func(id string) eventstore.Span {
+		sp, ok, err := d.store.Lookup(ctx, "s", eventstore.FrameKey(id))
+		require.NoError(t, err)
+		require.True(t, ok)
+		return sp
+	}
+	links, _, err := d.st.ChainLinks("C")
+	require.NoError(t, err)
+	for i, l := range links {
+		sp := span(l.ID)
+		assert.Equal(t, l.PushSeq, sp.First, "%s starts at its push", l.ID)
+		if i > 0 {
+			assert.Equal(t, span(links[i-1].ID).Last+1, sp.First, "%s is pushed right after its predecessor's pop", l.ID)
+		}
+	}
+	res, err := eventstore.Search(ctx, d.store, eventstore.SearchQuery{Scope: "s", Links: d.chain("B").Links, Text: "needle", Limit: 500})
+	require.NoError(t, err)
+	assert.Equal(t, span("A").First, res.From)
+	assert.Equal(t, span("C").Last, res.Through)
+	popA := span("A").Last
+	for _, h := range res.Hits {
+		if h.FrameID == "B" && h.ItemID != "b1" && h.ItemID != "b2" {
+			// B's goal, its summary, a5, a6: the continuation's append.
+			assert.Greater(t, h.Version, popA, h.ItemID)
+			assert.LessOrEqual(t, h.Version, popA+1+5, h.ItemID) // push + segment, summary, a5, a6, a7
+		}
+	}
+	t.Run("a link's search range alone", func(t *testing.T) {
+		only, err := eventstore.Search(ctx, d.store, eventstore.SearchQuery{Scope: "s", Links: []eventstore.ChainLink{{ID: "B"}}, Text: "needle", Limit: 500})
+		require.NoError(t, err)
+		assert.Equal(t, popA+1, only.From)
+		assert.Equal(t, span("B").Last, only.Through)
+		assert.Equal(t, hitsOf(wantChainHits, "A", "C"), keys(only.Hits))
+	})
+}
+
+// resume resumes the chain holding id, whose head finished, as link next
+// with a user's message (ResumeChain, the head read from the log).
+func (d *scopeDriver) resume(id, next, msgID, message string) []frames.Event {
+	d.t.Helper()
+	d.st.SetHistory(eventstore.History(d.store, "s")) // the finished head is read from the log
+	head, _, err := frames.ResolveChainHead(frames.DefaultConfig(), d.st, id)
+	require.NoError(d.t, err)
+	f, err := eventstore.LoadFinishedFrame(context.Background(), d.store, "s", head)
+	require.NoError(d.t, err)
+	return d.do(&frames.ResumeChain{Header: d.hdr(), ChainID: id, Head: f, Message: message, MessageID: msgID,
+		Budget: budget.TokenBudget{Total: 1 << 40}, With: frames.ContinueWith{Mint: chaintest.Mint(next)}})
+}
+
+// A finished chain resumed by a user: the new link (a root's successor
+// pushed anew, not in the continuation's append) is found from any link,
+// and what it carries, the user's message last, are its hits.
+func TestSearchResumedChain(t *testing.T) {
+	ctx := context.Background()
+	d := buildChain(t)
+	d.do(&frames.PopFrame{Header: d.hdr(), FrameID: "C", Status: frames.StatusCompleted})
+	popC := d.st.Version
+	evs := d.resume("A", "D", "m1", "one more needle, please")
+	d.add("D", "d1", "the last needle")
+	assert.Equal(t, popC+1, d.chainPush("D"), "D is pushed in its own append, after C's pop")
+	last := evs[len(evs)-1].(*frames.HandleAdded)
+	assert.Equal(t, "m1", last.Handle.ID, "the user's message is the resumed link's last handle")
+	assert.Equal(t, frames.RoleUser, last.Handle.Role)
+	for _, id := range []string{"A", "C", "D"} {
+		c, ok, err := eventstore.StateChain(d.st, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.Equal(t, []string{"A", "B", "C", "D"}, c.IDs(), "from %s", id)
+		assert.Equal(t, "D", c.Head)
+		assert.Equal(t, "A", c.Root)
+	}
+	t.Run("the log alone knows the resume from the new link's side", func(t *testing.T) {
+		// C's records end it completed; only D's frame.pushed names C.
+		assert.Equal(t, []string{"A", "B", "C", "D"}, d.chain("D").IDs())
+		assert.Equal(t, []string{"A", "B", "C"}, d.chain("A").IDs(), "which is why a server resolves chains with its state")
+	})
+	c, _, err := eventstore.StateChain(d.st, "B")
+	require.NoError(t, err)
+	fromLog := d.chain("D").Links
+	fromLog[2].ContinuedTo = "D" // what only the state records of C
+	assert.Equal(t, fromLog, c.Links, "the state's links are the log's")
+	res, err := eventstore.Search(ctx, d.store, eventstore.SearchQuery{Scope: "s", Links: c.Links, Text: "needle", Limit: 500})
+	require.NoError(t, err)
+	want := append(append([]hitKey{}, wantChainHits...),
+		hitKey{"D", "", eventstore.HitGoal},         // the head's goal, taken over
+		hitKey{"D", "D-sum", eventstore.HitSummary}, // of C-sum, the one handle not carried
+		hitKey{"D", "a5", eventstore.HitHandle},
+		hitKey{"D", "b1", eventstore.HitHandle},
+		hitKey{"D", "c1", eventstore.HitHandle},
+		hitKey{"D", "m1", eventstore.HitHandle}, // the user's message, last
+		hitKey{"D", "d1", eventstore.HitHandle})
+	assert.Equal(t, want, keys(res.Hits))
+	assert.Equal(t, d.chainPush("A"), res.From)
+	assert.Equal(t, d.st.Version, res.Through)
+}
+
+// chainPush is the version link id was pushed at, as the projection keeps it.
+func (d *scopeDriver) chainPush(id string) int64 {
+	d.t.Helper()
+	links, _, err := d.st.ChainLinks(id)
+	require.NoError(d.t, err)
+	for _, l := range links {
+		if l.ID == id {
+			return l.PushSeq
+		}
+	}
+	d.t.Fatalf("%s is in no chain", id)
+	return 0
 }

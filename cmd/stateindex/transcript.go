@@ -21,8 +21,10 @@ import (
 // mdContentCut is how much of a handle's content the Markdown shows.
 const mdContentCut = 2000
 
-// resolveExportChain resolves the chain id is a link of in scope: live
-// links from the scope's state, the others from their records.
+// resolveExportChain resolves the chain id is a link of in scope: as the
+// scope's state keeps it (its chains: a resume is linked there, while the
+// log records it only on the new link's side), else — a frame the state
+// keeps in no chain — from the links' records, live links from the state.
 func resolveExportChain(ctx context.Context, store *eventstore.BoltStore, scope, id string) (eventstore.Chain, error) {
 	info, err := store.Stream(ctx, scope)
 	if err != nil {
@@ -34,6 +36,9 @@ func resolveExportChain(ctx context.Context, store *eventstore.BoltStore, scope,
 	st, _, err := eventstore.LoadState(ctx, store, scope, 0, 0, nil)
 	if err != nil {
 		return eventstore.Chain{}, err
+	}
+	if c, ok, err := eventstore.StateChain(st, id); err != nil || ok {
+		return c, err
 	}
 	return eventstore.ResolveChain(ctx, id, eventstore.StoreLinks(store, scope, func(id string) (eventstore.ChainLink, bool) {
 		if f := st.Frame(id); f != nil {
@@ -87,6 +92,7 @@ type mdLink struct {
 	pushed  *frames.FramePushed
 	popped  *frames.FramePopped
 	cost    budget.Cost
+	carried bool              // cost starts with what the continuation carried
 	tools   map[string]string // call id -> name
 	content map[string]string // stored content by hash
 }
@@ -148,9 +154,18 @@ func writeChainMarkdown(ctx context.Context, store eventstore.Store, scope strin
 		case *frames.FramePushed:
 			n++
 			l.pushed = e
+			if e.Cost != nil { // a continuation carries the chain's cost on
+				l.cost, l.carried = *e.Cost, true
+			}
 			fmt.Fprintf(&b, "\n## Link %d: %s\n\n", index[l.id], l.id)
-			if e.ContinuedFrom != "" {
-				fmt.Fprintf(&b, "Continues %s.\n\n", e.ContinuedFrom)
+			if from := e.ContinuedFrom; from != "" {
+				// A continuation follows its predecessor's pop in one
+				// append; a resume follows a link that had ended.
+				if p := links[from]; p != nil && p.popped != nil && p.popped.Status != frames.StatusContinued {
+					fmt.Fprintf(&b, "Resumes %s, which had ended %s, with a user's message (the last handle below).\n\n", from, p.popped.Status)
+				} else {
+					fmt.Fprintf(&b, "Continues %s.\n\n", from)
+				}
 			}
 			fmt.Fprintf(&b, "- **Goal:** %s\n- **Budget:** %d tokens\n", oneLine(e.Goal), e.Budget.Total)
 			if lim := e.Limits; lim != (budget.Limits{}) {
@@ -192,8 +207,8 @@ func writeChainMarkdown(ctx context.Context, store eventstore.Store, scope strin
 			l.cost, _ = l.cost.PlusSaturating(e.Cost)
 		case *frames.FramePopped:
 			l.popped = e
-			fmt.Fprintf(&b, "**Ended (v%d): %s.** Cost: %d input + %d output tokens, %d turn(s), %d µ$ spent; %d tokens charged.\n\n",
-				r.Version, e.Status, l.cost.InputTokens, l.cost.OutputTokens, l.cost.Turns, l.cost.SpendMicros, e.ChargedTokens)
+			fmt.Fprintf(&b, "**Ended (v%d): %s.** Cost: %d input + %d output tokens, %d turn(s), %d µ$ spent%s; %d tokens charged.\n\n",
+				r.Version, e.Status, l.cost.InputTokens, l.cost.OutputTokens, l.cost.Turns, l.cost.SpendMicros, l.costNote(), e.ChargedTokens)
 			if e.ContinuedTo != "" {
 				at := int64(0)
 				if e.Final != nil {
@@ -211,11 +226,20 @@ func writeChainMarkdown(ctx context.Context, store eventstore.Store, scope strin
 		if ml := links[l.ID]; ml.pushed == nil {
 			fmt.Fprintf(&b, "\n## Link %d: %s\n\n*Its records are not in this transcript (removed).*\n", index[l.ID], l.ID)
 		} else if ml.popped == nil {
-			fmt.Fprintf(&b, "**Live** (%s): cost so far %d input + %d output tokens, %d turn(s).\n", l.Status, ml.cost.InputTokens, ml.cost.OutputTokens, ml.cost.Turns)
+			fmt.Fprintf(&b, "**Live** (%s): cost so far %d input + %d output tokens, %d turn(s)%s.\n", l.Status, ml.cost.InputTokens, ml.cost.OutputTokens, ml.cost.Turns, ml.costNote())
 		}
 	}
 	_, err = io.WriteString(w, b.String())
 	return err
+}
+
+// costNote says when a link's cost is the chain's so far (a continuation
+// carries its predecessor's cost on: limits apply to the chain).
+func (l *mdLink) costNote() string {
+	if l.carried {
+		return " (the chain's so far, carried on by the continuation)"
+	}
+	return ""
 }
 
 func utf8Start(c byte) bool { return c&0xC0 != 0x80 }

@@ -1,18 +1,23 @@
 // Package chaintest builds continuation chains in a store for tests and
-// benchmarks, without ContinueFrame: the links are ordinary frames whose
-// chain fields the builder sets (on the frame.pushed events, and in the
-// state so that the frame.popped records carry them), the way a
-// continuation records them.
+// benchmarks with the core's own commands: a link is continued with
+// frames.ContinueFrame and a finished chain resumed with
+// frames.ResumeChain, decided against the builder's state, appended and
+// folded as a server does, so that the store holds real chains (the fold
+// checks every chain event).
 package chaintest
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
 )
+
+// DefaultWindow is a builder's Window unless set.
+const DefaultWindow int64 = 10_000
 
 // Builder decides, appends and applies commands to one scope.
 type Builder struct {
@@ -23,6 +28,15 @@ type Builder struct {
 	// Batch > 0 queues appends and writes them Batch events at a time
 	// (Flush writes the rest): for building large logs fast.
 	Batch int
+	// Window is the context window of the roots Start pushes (a
+	// continuation's link inherits it): small enough that a continuation
+	// of a test's few handles frees the 5% the core asks for.
+	Window int64
+	// Ceiling and Summary are the resume ceiling and the summary ("": the
+	// extractive summarizer's; frames.NoSummary: none) of Continue and
+	// Resume.
+	Ceiling int64
+	Summary string
 
 	queued []eventstore.Event
 	from   int64 // the version before the first queued event
@@ -30,7 +44,8 @@ type Builder struct {
 
 // New returns a builder of scope in store (an empty scope).
 func New(store eventstore.Store, scope string) *Builder {
-	return &Builder{Store: store, St: frames.NewState(scope, 0), Now: 1_700_000_000_000_000_000, Cfg: frames.DefaultConfig()}
+	return &Builder{Store: store, St: frames.NewState(scope, 0), Now: 1_700_000_000_000_000_000, Cfg: frames.DefaultConfig(),
+		Window: DefaultWindow}
 }
 
 func (b *Builder) hdr() frames.Header {
@@ -85,71 +100,92 @@ func (b *Builder) Flush() error {
 	return err
 }
 
-// Start pushes link id, continuing prev ("" for the root) of the chain
-// rooted at root: the frame.pushed carries the pointers.
+// Start starts link id of the chain rooted at root. A root (prev "")
+// is pushed, with the builder's Window as its context window. Any other
+// link was already pushed by the continuation or resume that made it
+// (Continue, Resume): Start checks that it continues prev in the chain of
+// root and, when goal is not the one it took over, sets it with an
+// UpdateFrame; budgetTotal is then unused (a continuation's allocation is
+// its predecessor's).
 func (b *Builder) Start(id, prev, root, goal string, budgetTotal int64) error {
-	evs, err := frames.Decide(b.Cfg, b.St, &frames.PushFrame{Header: b.hdr(), FrameID: id, Goal: goal,
-		Budget: budget.TokenBudget{Total: budgetTotal}})
-	if err != nil {
+	if prev == "" {
+		_, err := b.Do(&frames.PushFrame{Header: b.hdr(), FrameID: id, Goal: goal, Budget: budget.TokenBudget{Total: budgetTotal},
+			ContextWindow: b.Window})
 		return err
 	}
-	p := evs[0].(*frames.FramePushed)
-	if prev != "" {
-		p.ContinuedFrom, p.ChainRoot = prev, root
-	}
-	return b.Append(evs...)
-}
-
-// Continue ends link id as continued by next: the frame.popped carries
-// the pointer, and its record (Final) the chain fields as far as the fold
-// keeps them (set on the record when the fold accepts them, left as the
-// fold has them otherwise).
-func (b *Builder) Continue(id, next string) error {
-	evs, err := frames.Decide(b.Cfg, b.St, &frames.PopFrame{Header: b.hdr(), FrameID: id, Status: frames.StatusCompleted})
-	if err != nil {
-		return err
-	}
-	p := evs[0].(*frames.FramePopped)
-	p.Status, p.ContinuedTo = frames.StatusContinued, next
-	p.Final.Status = frames.StatusContinued
-	plain := *p.Final
-	p.Final.ContinuedTo = next
-	if p.Final.ChainRoot == "" {
-		p.Final.ChainRoot = b.root(id)
-	}
-	if frames.Apply(b.St.Clone(), evs[0]) != nil {
-		p.Final = &plain
-	}
-	return b.Append(evs...)
-}
-
-// root is the chain root id's frame.pushed named (id itself for a root).
-func (b *Builder) root(id string) string {
-	if f := b.St.Frame(id); f != nil && f.ChainRoot != "" {
-		return f.ChainRoot
-	}
-	var root string
-	_ = b.Flush()
-	_ = b.Store.ReadStream(context.Background(), b.St.Scope, 1, func(r eventstore.Record) error {
-		if r.Type != frames.TypeFramePushed {
-			return nil
-		}
-		ev, err := eventstore.DecodeFrameEvent(r)
-		if err == nil && ev.EventMeta().Frame == id {
-			root = ev.(*frames.FramePushed).ChainRoot
-		}
+	f := b.St.Frame(id)
+	switch {
+	case f == nil:
+		return fmt.Errorf("chaintest: link %q was not pushed: continue or resume %q first", id, prev)
+	case f.ContinuedFrom != prev || f.ChainRoot != root:
+		return fmt.Errorf("chaintest: link %q continues %q in chain %q, not %q in %q", id, f.ContinuedFrom, f.ChainRoot, prev, root)
+	case f.Goal == goal:
 		return nil
-	})
-	if root == "" {
-		return id
 	}
-	return root
+	_, err := b.Do(&frames.UpdateFrame{Header: b.hdr(), FrameID: id, Goal: &goal})
+	return err
+}
+
+// Mint returns the ids a continuation or resume that makes link next
+// mints: the link, its segment (NEXT-seg) and its summary (NEXT-sum).
+func Mint(next string) frames.ContinueMint {
+	return frames.ContinueMint{FrameID: next, SegmentID: next + "-seg", SummaryID: next + "-sum"}
+}
+
+// Continue continues link id as next with the core's ContinueFrame (the
+// builder's Ceiling and Summary; ids from Mint): one append holds id's
+// frame.popped, next's frame.pushed and the handles next carries.
+func (b *Builder) Continue(id, next string) error {
+	_, err := b.Do(&frames.ContinueFrame{Header: b.hdr(), FrameID: id, ResumeCeiling: b.Ceiling, Summary: b.Summary,
+		With: frames.ContinueWith{Mint: Mint(next)}})
+	return err
+}
+
+// Pop ends link id with status.
+func (b *Builder) Pop(id string, status frames.Status) error {
+	_, err := b.Do(&frames.PopFrame{Header: b.hdr(), FrameID: id, Status: status})
+	return err
+}
+
+// Resume resumes the finished chain holding link chain with the user's
+// message (handle msgID) as link next (ResumeChain, ids from Mint), the
+// head read from the log as a server reads it; budgetTotal is the budget
+// of a new root (0: the head's parent's allocation).
+func (b *Builder) Resume(chain, next, msgID, message string, budgetTotal int64) error {
+	if err := b.Flush(); err != nil {
+		return err
+	}
+	b.St.SetHistory(eventstore.History(b.Store, b.St.Scope)) // finished links are read from the log
+	head, _, err := frames.ResolveChainHead(b.Cfg, b.St, chain)
+	if err != nil {
+		return err
+	}
+	f, err := eventstore.LoadFinishedFrame(context.Background(), b.Store, b.St.Scope, head)
+	if err != nil {
+		return err
+	}
+	_, err = b.Do(&frames.ResumeChain{Header: b.hdr(), ChainID: chain, Head: f, Message: message, MessageID: msgID,
+		Budget: budget.TokenBudget{Total: budgetTotal}, ResumeCeiling: b.Ceiling, With: frames.ContinueWith{Mint: Mint(next)}})
+	return err
 }
 
 // Add adds a handle with role and content to frame.
 func (b *Builder) Add(frame, id string, role frames.Role, content string) error {
 	_, err := b.Do(&frames.AddContextHandle{Header: b.hdr(), FrameID: frame, Handle: frames.ContextHandle{
 		ID: id, Kind: "text", Role: role, Priority: compaction.Medium, Content: content, Tokens: int64(len(content)/4 + 1)}})
+	return err
+}
+
+// AddHandle adds h to frame as it is (Kind "text" and Tokens len/4+1
+// when unset): for a priority or a token count of the test's choosing.
+func (b *Builder) AddHandle(frame string, h frames.ContextHandle) error {
+	if h.Kind == "" {
+		h.Kind = "text"
+	}
+	if h.Tokens == 0 {
+		h.Tokens = int64(len(h.Content)/4 + 1)
+	}
+	_, err := b.Do(&frames.AddContextHandle{Header: b.hdr(), FrameID: frame, Handle: h})
 	return err
 }
 

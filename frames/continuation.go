@@ -3,6 +3,7 @@ package frames
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/compaction"
@@ -236,8 +237,10 @@ func (d decider) carry(hs []ContextHandle, ceiling int64, summary string, w Cont
 		if text == "" {
 			rest := make([]compaction.Item, 0, len(hs))
 			for i := range hs {
-				if hd := &hs[i]; !keep[i] {
-					rest = append(rest, compaction.Item{ID: hd.ID, Kind: hd.Kind, Role: string(hd.Role), Priority: hd.Priority, Content: hd.Content,
+				if hd := &hs[i]; !keep[i] && hd.Kind != ContinuationKind {
+					// An earlier link's summary is summarized again
+					// without its framing (the new one frames it once).
+					rest = append(rest, compaction.Item{ID: hd.ID, Kind: hd.Kind, Role: string(hd.Role), Priority: hd.Priority, Content: strings.TrimPrefix(hd.Content, SummaryFraming),
 						Seq: hd.Seq, Group: hd.Group, Covers: hd.Covers, Tokens: hd.Tokens, LightTokens: hd.LightTokens})
 				}
 			}
@@ -474,11 +477,15 @@ func percent(permille int64) string {
 // one, and the trailing run that fits ceiling — whole tool calls (a group
 // is carried or left whole), most recent first, trimmed so that it starts
 // at a handle of role user (a provider requirement; a run with none is
-// left out, the summary stands for it).
+// left out, the summary stands for it). An earlier continuation's segment
+// is never carried: the new link's own segment replaces it.
 func carried(hs []ContextHandle, ceiling int64) []bool {
 	keep := make([]bool, len(hs))
 	critical := map[string]bool{} // groups with a critical member
 	for i := range hs {
+		if hs[i].Kind == ContinuationKind {
+			continue
+		}
 		if hs[i].Priority == compaction.Critical {
 			keep[i] = true
 			if hs[i].Group != "" {
@@ -508,7 +515,9 @@ func carried(hs []ContextHandle, ceiling int64) []bool {
 			if keep[k] {
 				skip = true // carried anyway
 			}
-			t += hs[k].Tokens
+			if hs[k].Kind != ContinuationKind {
+				t += hs[k].Tokens
+			}
 		}
 		if !skip {
 			if total+t > ceiling {
@@ -529,7 +538,7 @@ func carried(hs []ContextHandle, ceiling int64) []bool {
 	}
 	for u := start; u >= 0; u-- {
 		for k := run[u].start; k < run[u].end; k++ {
-			keep[k] = true
+			keep[k] = hs[k].Kind != ContinuationKind
 		}
 	}
 	return keep

@@ -21,6 +21,18 @@
 // frame.popped, content stored once), written the same way: the fixture
 // the next release must open.
 //
+// testdata/v4 is the release of issue 12 (handle roles, context windows,
+// calibration samples, continuation chains with their links' fields and
+// tombstones, a scope's token counter): besides v3's scenario, chains
+// continued explicitly and automatically (the fixture's server runs with
+// ContinueAt, recorded in the manifest), resumed as a sibling and as a new
+// root, a retention pass that leaves tombstones (after a clock jump past
+// the request horizon: the ids stamped before it are refused as expired),
+// and a scope recounted across a restart. Its manifest also records reads
+// (GetChain, SearchChain, GetFrame of links) with their answers; the test
+// checks them, the tombstones, and continues the live chains with the
+// current release.
+//
 // A fixture is never regenerated once its release is out: a release that
 // changes a format adds a directory (testdata/v2, ...) and the test runs
 // every one. The manifest's records (Step, Reply) are this package's own,

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stateindex/stateindex/actors"
@@ -19,6 +20,7 @@ import (
 	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/tokenizer"
 )
 
 // writeFixtureEnv names the directory TestWriteFixture writes a fixture to
@@ -33,6 +35,22 @@ const (
 	// Small segments keep the committed journal small; a store reads the
 	// size of existing segments from their files.
 	genJournalSegmentBytes = 64 << 10
+	// Automatic continuation at 90% of a frame's context window (v4 on).
+	// carrying at most genResumeCeiling tokens of trailing context (the
+	// fixture's windows are small).
+	genContinueAt    = frames.DefaultContinueAt
+	genResumeCeiling = 60
+	// The scopes whose names start with genCounterPrefix count under
+	// o200k_base while the scenario is written; the tail's server has no
+	// such rule and does not know o200k_base, so it recounts them under the
+	// estimate before serving their first request (scope.counter_changed).
+	genCounterPrefix = "tok-"
+	genCounterName   = "o200k_base"
+	// genRetentionScope's history goes through a retention pass, after a
+	// clock jump past the request horizon (its ids before the jump are
+	// UUIDv7 ids the serving release refuses as expired).
+	genRetentionScope = "theta"
+	genClockJump      = time.Duration(frames.DefaultRequestHorizon) + time.Hour
 )
 
 var genClockStart = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC).UnixNano()
@@ -97,30 +115,39 @@ func writeFixture(t *testing.T, dir string) *Manifest {
 	cfg.Shards, cfg.SnapshotEvery = genShards, genSnapshotEvery
 	cfg.Clock, cfg.NewID = clk.Now, idSource("server")
 	cfg.Logger = quietLogger()
+	cfg.Frames.ContinueAt = genContinueAt
+	cfg.Frames.ResumeCeiling = genResumeCeiling
+	cfg.Counters = []actors.CounterRule{{Prefix: genCounterPrefix, Name: genCounterName, Counter: tokenizer.MustNew(genCounterName)}}
 	sys := quietSystem()
 	srv, err := actors.Start(sys, store, cfg)
 	require.NoError(t, err)
 
-	g := &gen{t: t, c: srv.Client(), rid: idSource("request"),
+	g := &gen{t: t, c: srv.Client(), srv: srv, sys: sys, cfg: cfg, store: store, clk: clk, rid: idSource("request"), uuid: idSource("uuid7"),
 		m: &Manifest{Release: filepath.Base(dir), ClockStart: genClockStart, SnapshotEvery: genSnapshotEvery, Shards: genShards,
-			JournalSegmentBytes: genJournalSegmentBytes}}
+			JournalSegmentBytes: genJournalSegmentBytes, ContinueAt: genContinueAt, ResumeCeiling: genResumeCeiling}}
+	g.retained() // first: the clock jumps past the request horizon after it
 	g.scenario()
+	g.chains()
 
-	srv.Stop() // waits for background snapshots and checkpoint signatures
-	sys.Shutdown()
+	g.srv.Stop() // waits for background snapshots and checkpoint signatures
+	g.sys.Shutdown()
 
 	// The tail: bbolt covers the scenario; a last scope is written by a
 	// server that never snapshots (a snapshot makes the store apply the
 	// journal), so its records are in the journal only.
 	require.NoError(t, store.Flush(context.Background()))
 	cfg.SnapshotEvery = 1 << 40
+	cfg.Counters = nil // the tok- scopes are recounted under the estimate
 	sys = quietSystem()
 	srv, err = actors.Start(sys, store, cfg)
 	require.NoError(t, err)
-	g.c = srv.Client()
+	g.c, g.srv = srv.Client(), srv
 	g.tail()
+	g.muTail()
+	g.reads()
 	srv.Stop()
 	sys.Shutdown()
+	g.snapshotsHoldChains()
 	g.m.LastSeq, err = store.LastSeq(context.Background())
 	require.NoError(t, err)
 	// What a crash leaves: the data file and the journal, copied while the
@@ -141,10 +168,26 @@ func writeFixture(t *testing.T, dir string) *Manifest {
 
 // gen sends a scenario's steps and records them.
 type gen struct {
-	t   *testing.T
-	c   *actors.Client
-	m   *Manifest
-	rid func() string
+	t     *testing.T
+	c     *actors.Client
+	srv   *actors.Server
+	sys   *actor.ActorSystem
+	cfg   actors.Config
+	store *eventstore.BoltStore
+	clk   *clock
+	m     *Manifest
+	rid   func() string
+	uuid  func() string // the random part of UUIDv7 request ids
+	// toRead are the chains reads() records.
+	toRead []chainOf
+	mu     string // tok-mu's root frame
+}
+
+// chainOf names a chain's links to read at the end.
+type chainOf struct {
+	scope string
+	links []string
+	query []Read // SearchChain requests (Scope and FrameID filled by reads)
 }
 
 // do sends a step (a request id is drawn when it has none) and records it

@@ -39,6 +39,9 @@ func newClock(start int64, step time.Duration) *clock {
 
 func (c *clock) Now() time.Time { return time.Unix(0, c.ns.Add(c.step)).UTC() }
 
+// advance moves the clock on by d (a jump, besides its steps).
+func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
 // last is the latest reading.
 func (c *clock) last() int64 { return c.ns.Load() }
 

@@ -44,11 +44,22 @@ type Manifest struct {
 	// JournalSegmentBytes is the size of the fixture's journal segments
 	// (0: no journal).
 	JournalSegmentBytes int `json:"journal_segment_bytes,omitempty"`
+	// ContinueAt is the automatic continuation threshold (permille of a
+	// frame's context window) the fixture was written with; 0 off (every
+	// fixture before v4).
+	ContinueAt int64 `json:"continue_at,omitempty"`
+	// ResumeCeiling is the trailing context a continuation carries unless
+	// the request says (0: the default).
+	ResumeCeiling int64 `json:"resume_ceiling,omitempty"`
 	// Steps are the mutating requests in the order they were sent, each
 	// with the reply it got.
 	Steps []Step `json:"steps"`
 	// Scopes is each scope as the fixture leaves it.
 	Scopes []ScopeFacts `json:"scopes"`
+	// Reads are reads of the fixture as it was left (GetChain, SearchChain,
+	// GetFrame of chain links; v4 on), each with what it answered: a later
+	// release must answer the same.
+	Reads []Read `json:"reads,omitempty"`
 }
 
 // Step is one mutating request and its reply. Request fields that the
@@ -93,6 +104,26 @@ type Step struct {
 	Token        string               `json:"token,omitempty"`
 	TargetTokens int64                `json:"target_tokens,omitempty"`
 	Strategy     *Strategy            `json:"strategy,omitempty"`
+	// v4 on: a handle's role, a frame's context window, a usage's
+	// calibration sample, ContinueFrame's and ResumeChain's fields
+	// (ResumeChain's budget and limits are Budget and Limits; ContinueFrame's
+	// summary is Summary).
+	Role          string       `json:"role,omitempty"`
+	ContextWindow int64        `json:"context_window,omitempty"`
+	Calibration   *Calibration `json:"calibration,omitempty"`
+	ResumeCeiling int64        `json:"resume_ceiling,omitempty"`
+	ChainID       string       `json:"chain_id,omitempty"`
+	Message       string       `json:"message,omitempty"`
+	// ApplyRetention (a retention pass's, recorded as the pass sent it).
+	Through int64  `json:"through,omitempty"`
+	Hash    string `json:"hash,omitempty"`
+	Runs    int64  `json:"runs,omitempty"`
+	Why     string `json:"why,omitempty"`
+
+	// Expired says the request id is a UUIDv7 stamped before the scope's
+	// request horizon (as the fixture is served): a resend is refused as
+	// request_expired and appends nothing, its reply being gone.
+	Expired bool `json:"expired,omitempty"`
 
 	// WireV1 is the request as the writing release encoded it (msgpack,
 	// the bytes its request digest was taken of) and DigestV1 that digest
@@ -102,6 +133,13 @@ type Step struct {
 
 	// Reply is what the request got; a resend must get the same.
 	Reply Reply `json:"reply"`
+}
+
+// Calibration is RecordUsage's calibration sample.
+type Calibration struct {
+	PackTokens          int64  `json:"pack_tokens"`
+	ProviderInputTokens int64  `json:"provider_input_tokens"`
+	Counter             string `json:"counter"`
 }
 
 // Strategy is CompactContext's strategy.
@@ -142,10 +180,33 @@ type Reply struct {
 	// CompactContext
 	Removed   []string `json:"removed,omitempty"`
 	SummaryID string   `json:"summary_id,omitempty"`
+	// ContinueFrame, ResumeChain (From: the frame continued or resumed)
+	From         string `json:"from,omitempty"`
+	Carried      int    `json:"carried,omitempty"`
+	InDoubt      int    `json:"in_doubt,omitempty"`
+	SegmentID    string `json:"segment_id,omitempty"`
+	TokensBefore int64  `json:"tokens_before,omitempty"`
+	TokensAfter  int64  `json:"tokens_after,omitempty"`
+	Root         string `json:"root,omitempty"`
+	ParentID     string `json:"parent_id,omitempty"`
+	MessageID    string `json:"message_id,omitempty"`
+	// Continued: a context change that crossed the automatic continuation
+	// threshold continued the frame in the same append. (A refused
+	// automatic continuation, ContinueSkipped, is said once and not
+	// kept: a resend does not repeat it, like the pressure.)
+	Continued *Continuation `json:"continued,omitempty"`
+	// ApplyRetention
+	Through int64 `json:"through,omitempty"`
 	// ResumeActor (not compared on a resend: the writing release answered
 	// a repeated ResumeActor with the scope's current state)
 	Live    []string  `json:"live,omitempty"`
 	Pending []Pending `json:"pending,omitempty"`
+}
+
+// Continuation names the link a context change continued and the new one.
+type Continuation struct {
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
 // Token is a suspension token as a reply carries it.
@@ -222,4 +283,130 @@ func (m *Manifest) Encode() ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// Read is a read of the fixture as it was left and what it answered
+// (v4 on). Versions the reply carries as "the scope's version as read" are
+// left out (serving a fixture appends: ResumeActor); the versions of
+// records (a link's push and pop, a hit's record) are kept.
+type Read struct {
+	Op      string `json:"op"` // GetChain, SearchChain, GetFrame
+	Scope   string `json:"scope"`
+	FrameID string `json:"frame_id"`
+	// SearchChain's request.
+	Query  string `json:"query,omitempty"`
+	Regex  bool   `json:"regex,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+	Cursor string `json:"cursor,omitempty"`
+	// GetFrame's request (with its handles).
+	WithHandles bool `json:"with_handles,omitempty"`
+
+	// The answer: one of these, as Op says.
+	Chain  *Chain      `json:"chain,omitempty"`
+	Search *Search     `json:"search,omitempty"`
+	Frame  *FrameState `json:"frame,omitempty"`
+}
+
+// Chain is GetChain's answer.
+type Chain struct {
+	Root  string      `json:"root"`
+	Head  string      `json:"head"`
+	Links []ChainLink `json:"links"`
+}
+
+// ChainLink is one link of a chain.
+type ChainLink struct {
+	FrameID     string     `json:"frame_id"`
+	Status      string     `json:"status"`
+	Tokens      int64      `json:"tokens,omitempty"`
+	CreatedAt   int64      `json:"created_at"`
+	CompletedAt int64      `json:"completed_at,omitempty"`
+	Version     int64      `json:"version"`
+	EndVersion  int64      `json:"end_version,omitempty"`
+	Summary     string     `json:"summary,omitempty"`
+	Removed     *Tombstone `json:"removed,omitempty"`
+}
+
+// Tombstone is what retention left of a link.
+type Tombstone struct {
+	Through int64  `json:"through"`
+	Hash    string `json:"hash"`
+	At      int64  `json:"at"`
+}
+
+// Search is SearchChain's answer (one page).
+type Search struct {
+	Hits       []Hit          `json:"hits,omitempty"`
+	Next       string         `json:"next,omitempty"`
+	Unsearched []VersionRange `json:"unsearched,omitempty"`
+	Links      []string       `json:"links"`
+	Head       string         `json:"head"`
+}
+
+// Hit is one search hit.
+type Hit struct {
+	FrameID string `json:"frame_id"`
+	ItemID  string `json:"item_id,omitempty"`
+	Version int64  `json:"version"`
+	Kind    string `json:"kind"`
+	Snippet string `json:"snippet"`
+}
+
+// VersionRange is a range of versions a search could not read.
+type VersionRange struct {
+	From    int64  `json:"from"`
+	Through int64  `json:"through"`
+	Why     string `json:"why,omitempty"`
+}
+
+// FrameState is GetFrame's answer: the frame with its chain fields and
+// handles, and the head of its chain.
+type FrameState struct {
+	ChainHead     string             `json:"chain_head,omitempty"`
+	ID            string             `json:"id"`
+	ParentID      string             `json:"parent_id,omitempty"`
+	Goal          string             `json:"goal"`
+	Status        string             `json:"status"`
+	Depth         int64              `json:"depth"`
+	Budget        budget.TokenBudget `json:"budget"`
+	Limits        budget.Limits      `json:"limits"`
+	Cost          budget.Cost        `json:"cost"`
+	CreatedAt     int64              `json:"created_at"`
+	CompletedAt   int64              `json:"completed_at,omitempty"`
+	ContextTokens int64              `json:"context_tokens"`
+	ContextWindow int64              `json:"context_window,omitempty"`
+	ContinuedFrom string             `json:"continued_from,omitempty"`
+	ContinuedTo   string             `json:"continued_to,omitempty"`
+	ChainRoot     string             `json:"chain_root,omitempty"`
+	Freed         []int64            `json:"freed,omitempty"`
+	Handles       []Handle           `json:"handles,omitempty"`
+	Results       []string           `json:"results,omitempty"`
+	ToolCalls     []ToolCall         `json:"tool_calls,omitempty"`
+}
+
+// ToolCall is one of a frame's tool calls: a call in doubt carried by a
+// continuation is on every link, abandoned on those that ended.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	StartedAt int64  `json:"started_at"`
+	Finished  bool   `json:"finished,omitempty"`
+	IsError   bool   `json:"is_error,omitempty"`
+	Abandoned bool   `json:"abandoned,omitempty"`
+}
+
+// Handle is one live handle of a frame.
+type Handle struct {
+	ID       string              `json:"id"`
+	Kind     string              `json:"kind"`
+	Priority compaction.Priority `json:"priority"`
+	Role     string              `json:"role,omitempty"`
+	// ContentSHA256 is the hex SHA-256 of the handle's content as read
+	// (the manifest stays small; the steps hold the texts written).
+	ContentSHA256 string   `json:"content_sha256"`
+	ContentRef    string   `json:"content_ref,omitempty"`
+	Tokens        int64    `json:"tokens"`
+	Seq           int64    `json:"seq"`
+	Group         string   `json:"group,omitempty"`
+	Covers        []string `json:"covers,omitempty"`
 }

@@ -20,15 +20,16 @@ import (
 // Read operations Build also accepts (never recorded as steps).
 const (
 	OpGetStack = "GetStack"
+	OpGetFrame = "GetFrame"
 )
 
 // Build returns the request a step records. Besides the mutating
-// operations it builds GetStack (Scope, FrameID).
+// operations it builds GetStack and GetFrame (Scope, FrameID).
 func Build(s Step) (messages.Request, error) {
 	mut := messages.Header{Scope: s.Scope, RequestID: s.RequestID, IfVersion: s.IfVersion, Reason: frames.Reason(s.Reason)}
 	switch s.Op {
 	case "PushFrame":
-		r := &messages.PushFrame{Header: mut, ParentID: s.ParentID, Inputs: s.Inputs}
+		r := &messages.PushFrame{Header: mut, ParentID: s.ParentID, Inputs: s.Inputs, ContextWindow: s.ContextWindow}
 		if s.Goal != nil {
 			r.Goal = *s.Goal
 		}
@@ -49,7 +50,7 @@ func Build(s Step) (messages.Request, error) {
 		return &messages.UpdateFrame{Header: mut, FrameID: s.FrameID, Goal: s.Goal, Inputs: s.Inputs, SetInputs: s.SetInputs,
 			Limits: s.Limits, ReserveDelta: s.ReserveDelta, ContextHash: s.ContextHash}, nil
 	case "AddContextHandle":
-		r := &messages.AddContextHandle{Header: mut, FrameID: s.FrameID, HandleID: s.HandleID, Kind: s.Kind, Content: s.Content}
+		r := &messages.AddContextHandle{Header: mut, FrameID: s.FrameID, HandleID: s.HandleID, Kind: s.Kind, Role: s.Role, Content: s.Content}
 		if s.Priority != nil {
 			r.Priority = *s.Priority
 		}
@@ -60,6 +61,9 @@ func Build(s Step) (messages.Request, error) {
 		r := &messages.RecordUsage{Header: mut, FrameID: s.FrameID}
 		if s.Cost != nil {
 			r.Cost = *s.Cost
+		}
+		if c := s.Calibration; c != nil {
+			r.Calibration = &messages.Calibration{PackTokens: c.PackTokens, ProviderInputTokens: c.ProviderInputTokens, Counter: c.Counter}
 		}
 		return r, nil
 	case "StartToolCall":
@@ -81,10 +85,25 @@ func Build(s Step) (messages.Request, error) {
 				MessageCount: s.Strategy.MessageCount, Custom: s.Strategy.Custom}
 		}
 		return r, nil
+	case "ContinueFrame":
+		return &messages.ContinueFrame{Header: mut, FrameID: s.FrameID, ResumeCeiling: s.ResumeCeiling, Summary: s.Summary}, nil
+	case "ResumeChain":
+		r := &messages.ResumeChain{Header: mut, ChainID: s.ChainID, Message: s.Message, ResumeCeiling: s.ResumeCeiling}
+		if s.Budget != nil {
+			r.Budget = *s.Budget
+		}
+		if s.Limits != nil {
+			r.Limits = *s.Limits
+		}
+		return r, nil
+	case "ApplyRetention":
+		return &messages.ApplyRetention{Header: mut, Through: s.Through, Hash: s.Hash, Runs: s.Runs, Why: s.Why}, nil
 	case "ResumeActor":
 		return &messages.ResumeActor{Header: messages.Header{Scope: s.Scope, RequestID: s.RequestID}}, nil
 	case OpGetStack:
 		return &messages.GetStack{Header: messages.Header{Scope: s.Scope}, FrameID: s.FrameID}, nil
+	case OpGetFrame:
+		return &messages.GetFrame{Header: messages.Header{Scope: s.Scope}, FrameID: s.FrameID}, nil
 	}
 	return nil, fmt.Errorf("upgrade: step %d: unknown operation %q", s.N, s.Op)
 }
@@ -118,7 +137,7 @@ func ReplyOf(reply messages.Reply) (Reply, error) {
 	case *messages.UpdateFrameReply:
 		return Reply{Version: r.Version, FrameID: r.FrameID}, nil
 	case *messages.AddContextHandleReply:
-		return Reply{Version: r.Version, FrameID: r.FrameID, HandleID: r.HandleID, Tokens: r.Tokens}, nil
+		return withChange(Reply{Version: r.Version, FrameID: r.FrameID, HandleID: r.HandleID, Tokens: r.Tokens}, r.ContextChange), nil
 	case *messages.AddResultReply:
 		return Reply{Version: r.Version, FrameID: r.FrameID, ResultID: r.ResultID}, nil
 	case *messages.RecordUsageReply:
@@ -126,14 +145,22 @@ func ReplyOf(reply messages.Reply) (Reply, error) {
 	case *messages.StartToolCallReply:
 		return Reply{Version: r.Version, FrameID: r.FrameID, CallID: r.CallID}, nil
 	case *messages.FinishToolCallReply:
-		return Reply{Version: r.Version, FrameID: r.FrameID, CallID: r.CallID, CallHandleID: r.CallHandleID,
-			ResultHandleID: r.ResultHandleID, Tokens: r.Tokens}, nil
+		return withChange(Reply{Version: r.Version, FrameID: r.FrameID, CallID: r.CallID, CallHandleID: r.CallHandleID,
+			ResultHandleID: r.ResultHandleID, Tokens: r.Tokens}, r.ContextChange), nil
 	case *messages.SuspensionToken:
 		return Reply{Version: r.Version, FrameID: r.FrameID, Suspension: TokenOf(r)}, nil
 	case *messages.ResumeFrameReply:
 		return Reply{Version: r.Version, FrameID: r.FrameID}, nil
 	case *messages.CompactionResult:
-		return Reply{Version: r.Version, FrameID: r.FrameID, Removed: r.Removed, SummaryID: r.SummaryID}, nil
+		return withChange(Reply{Version: r.Version, FrameID: r.FrameID, Removed: r.Removed, SummaryID: r.SummaryID}, r.ContextChange), nil
+	case *messages.ContinueFrameReply:
+		return withChange(Reply{Version: r.Version, FrameID: r.FrameID, From: r.From, Carried: r.Carried, InDoubt: r.InDoubt,
+			SummaryID: r.SummaryID, SegmentID: r.SegmentID, TokensBefore: r.TokensBefore, TokensAfter: r.TokensAfter}, r.ContextChange), nil
+	case *messages.ResumeChainReply:
+		return withChange(Reply{Version: r.Version, FrameID: r.FrameID, From: r.From, Root: r.Root, ParentID: r.ParentID,
+			Carried: r.Carried, MessageID: r.MessageID}, r.ContextChange), nil
+	case *messages.ApplyRetentionReply:
+		return Reply{Version: r.Version, Through: r.Through}, nil
 	case *messages.ActorResumeState:
 		out := Reply{Version: r.Version, Pending: PendingOf(r)}
 		for _, f := range r.LiveFrames {
@@ -142,6 +169,16 @@ func ReplyOf(reply messages.Reply) (Reply, error) {
 		return out, nil
 	}
 	return Reply{}, fmt.Errorf("upgrade: no reply record for %T", reply)
+}
+
+// withChange adds what a reply's context change says of a continuation
+// (its pressure is left out: a resend reports it as it stands then; and
+// so is a refused automatic continuation, which a resend does not repeat).
+func withChange(out Reply, c messages.ContextChange) Reply {
+	if c.Continued != nil {
+		out.Continued = &Continuation{From: c.Continued.From, To: c.Continued.To}
+	}
+	return out
 }
 
 // TokenOf converts a suspension token (nil for nil).
@@ -199,4 +236,74 @@ func framesOf(fs []messages.FrameSummary) []Frame {
 		out = append(out, fr)
 	}
 	return out
+}
+
+// BuildRead returns the request of a recorded read.
+func BuildRead(r Read) (messages.Request, error) {
+	h := messages.Header{Scope: r.Scope}
+	switch r.Op {
+	case "GetChain":
+		return &messages.GetChain{Header: h, FrameID: r.FrameID}, nil
+	case "SearchChain":
+		return &messages.SearchChain{Header: h, FrameID: r.FrameID, Query: r.Query, Regex: r.Regex, Limit: r.Limit, Cursor: r.Cursor}, nil
+	case "GetFrame":
+		return &messages.GetFrame{Header: h, FrameID: r.FrameID, WithHandles: r.WithHandles}, nil
+	}
+	return nil, fmt.Errorf("upgrade: unknown read %q", r.Op)
+}
+
+// ReadOf fills a read's answer from its reply.
+func ReadOf(r Read, reply messages.Reply) (Read, error) {
+	r.Chain, r.Search, r.Frame = nil, nil, nil
+	switch rp := reply.(type) {
+	case *messages.GetChainReply:
+		c := &Chain{Root: rp.Root, Head: rp.Head}
+		for _, l := range rp.Links {
+			cl := ChainLink{FrameID: l.FrameID, Status: l.Status.String(), Tokens: l.Tokens, CreatedAt: l.CreatedAt,
+				CompletedAt: l.CompletedAt, Version: l.Version, EndVersion: l.EndVersion, Summary: l.Summary}
+			if t := l.Removed; t != nil {
+				cl.Removed = &Tombstone{Through: t.Through, Hash: t.Hash, At: t.At}
+			}
+			c.Links = append(c.Links, cl)
+		}
+		r.Chain = c
+	case *messages.SearchChainReply:
+		s := &Search{Next: rp.Next, Links: rp.Links, Head: rp.Head}
+		for _, h := range rp.Hits {
+			s.Hits = append(s.Hits, Hit{FrameID: h.FrameID, ItemID: h.ItemID, Version: h.Version, Kind: h.Kind, Snippet: h.Snippet})
+		}
+		for _, u := range rp.Unsearched {
+			s.Unsearched = append(s.Unsearched, VersionRange{From: u.From, Through: u.Through, Why: u.Why})
+		}
+		r.Search = s
+	case *messages.GetFrameReply:
+		f := rp.Frame
+		if f == nil {
+			return r, fmt.Errorf("upgrade: GetFrame of %s answered no frame", r.FrameID)
+		}
+		fs := &FrameState{ChainHead: rp.ChainHead, ID: f.ID, ParentID: f.ParentID, Goal: f.Goal, Status: f.Status.String(),
+			Depth: f.Depth, Budget: f.Budget, Limits: f.Limits, Cost: f.Cost, CreatedAt: f.CreatedAt, CompletedAt: f.CompletedAt,
+			ContextTokens: f.ContextTokens, ContextWindow: f.ContextWindow, ContinuedFrom: f.ContinuedFrom,
+			ContinuedTo: f.ContinuedTo, ChainRoot: f.ChainRoot, Freed: f.Freed}
+		for _, h := range f.Handles {
+			fs.Handles = append(fs.Handles, Handle{ID: h.ID, Kind: h.Kind, Priority: h.Priority, Role: string(h.Role),
+				ContentSHA256: sha256Hex(h.Content), ContentRef: h.ContentRef, Tokens: h.Tokens, Seq: h.Seq, Group: h.Group, Covers: h.Covers})
+		}
+		for _, res := range f.Results {
+			fs.Results = append(fs.Results, res.ID)
+		}
+		for _, c := range f.ToolCalls {
+			fs.ToolCalls = append(fs.ToolCalls, ToolCall{ID: c.ID, Name: c.Name, StartedAt: c.StartedAt, Finished: c.Finished,
+				IsError: c.IsError, Abandoned: c.Abandoned})
+		}
+		r.Frame = fs
+	default:
+		return r, fmt.Errorf("upgrade: no read record for %T", reply)
+	}
+	return r, nil
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

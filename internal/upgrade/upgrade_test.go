@@ -77,6 +77,10 @@ func checkFixture(t *testing.T, dir string) {
 	t.Run("scopes serve", u.scopesServe)
 	t.Run("old request ids answer with their original reply", u.resendAll)
 	t.Run("recovery lists the fixture's frames and pending work", u.recoveryMatches)
+	t.Run("recorded reads answer the same", u.readsMatch)
+	t.Run("removed chain links answer with their tombstone", u.tombstonesServe)
+	var grown map[string]Chain
+	t.Run("live chains go on continuing", func(t *testing.T) { grown = u.chainsContinue(t) })
 
 	t.Run("fresh requests apply", func(t *testing.T) {
 		for _, sc := range m.Scopes {
@@ -125,6 +129,15 @@ func checkFixture(t *testing.T, dir string) {
 	u.stop()
 	u.start()
 	t.Run("old request ids answer after a restart", u.resendAll)
+	t.Run("continued chains read the same after a restart", func(t *testing.T) {
+		if len(grown) == 0 {
+			t.Skip("no chain continued (before v4)")
+		}
+		for id, want := range grown {
+			got := u.chain(t, want.Root, id)
+			assert.Equal(t, want, got, "the chain of %s", id)
+		}
+	})
 	t.Run("everything serves after a restart", func(t *testing.T) {
 		for _, sc := range m.Scopes {
 			// ResumeActor appends one event: the version read before plus one.
@@ -175,6 +188,13 @@ func (u *upgraded) resendAll(t *testing.T) {
 	require.NoError(t, err)
 	for _, s := range u.m.Steps {
 		reply, err := u.send(s)
+		if s.Expired { // stamped before the horizon: refused, never applied again
+			require.ErrorIs(t, err, messages.ErrRequestExpired, "step %d %s on %s, request %q", s.N, s.Op, s.Scope, s.RequestID)
+			now, err := u.store.LastSeq(ctx)
+			require.NoError(t, err)
+			require.Equal(t, seq, now, "step %d %s on %s: an expired resend appended", s.N, s.Op, s.Scope)
+			continue
+		}
 		require.NoError(t, err, "step %d %s on %s, request %q", s.N, s.Op, s.Scope, s.RequestID)
 		got, err := ReplyOf(reply)
 		require.NoError(t, err)
@@ -209,6 +229,10 @@ func (u *upgraded) serve() {
 	cfg.TokenKey, cfg.SigningKey = u.keys.token, u.keys.signing
 	cfg.Shards = u.m.Shards
 	cfg.SnapshotEvery = 1 // the new release snapshots the old scopes at their next write
+	cfg.Frames.ContinueAt = u.m.ContinueAt
+	if u.m.ResumeCeiling > 0 {
+		cfg.Frames.ResumeCeiling = u.m.ResumeCeiling
+	}
 	if u.clock == nil {
 		u.clock = newClock(u.m.ClockEnd+int64(time.Minute), time.Millisecond)
 	}

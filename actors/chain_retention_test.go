@@ -110,6 +110,11 @@ func TestRetentionKeepsLiveChainsAndLeavesTombstones(t *testing.T) {
 			assert.NotEmpty(t, l.Summary)
 		}
 		assert.Equal(t, hexOf(recordHashAt(t, e, scope, through2)), ch.Links[0].Removed.Hash, "the hash the stream's base starts from")
+		sr, err := e.c.SearchChain(ctx, &messages.SearchChain{Header: h, FrameID: task, Query: "turn 0 of user"})
+		require.NoError(t, err, "a chain whose links were all removed is still searched")
+		assert.Empty(t, sr.Hits)
+		require.NotEmpty(t, sr.Unsearched, "and names what it could not search")
+		assert.Equal(t, head, sr.Head)
 		_, err = e.c.ResumeChain(ctx, &messages.ResumeChain{Header: h, ChainID: task, Message: "again"})
 		require.ErrorIs(t, err, actors.ErrFrameNotFound)
 		require.ErrorContains(t, err, "removed by retention")

@@ -532,26 +532,9 @@ func init() {
 		// GetChain lists a chain from its links in the state; a frame in
 		// no chain is a chain of one link (a finished one read from the log).
 		messages.OpGetChain: readOrJob(func(h *handler, st *frames.State, r *messages.GetChain) outcome {
-			var f *frames.Frame
-			var fin *frames.FinishedError
-			id, err := frames.ResolveFrame(st, r.FrameID)
-			if err == nil {
-				err = frames.ValidateID("frame id", id, h.cfg.Frames.MaxIDBytes)
-			}
+			id, f, fin, err := h.lookupLink(st, r.FrameID)
 			if err != nil {
 				return replied(failure(r, toWire(err)))
-			}
-			if st.ChainOf(id) == "" { // a link retention removed is still in its chain
-				var err error
-				f, err = frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
-				switch {
-				case errors.As(err, &fin):
-					id = fin.ID
-				case err != nil:
-					return replied(failure(r, toWire(err)))
-				default:
-					id = f.ID
-				}
 			}
 			links, root, err := st.ChainLinks(id)
 			if err != nil {
@@ -615,6 +598,28 @@ func init() {
 			return e
 		}(),
 	}
+}
+
+// lookupLink resolves a frame a chain read names: a link of a chain the
+// state keeps is found there (also once retention removed its records:
+// its tombstone is in the chain), any other frame as LookupFrame finds it
+// — live (f), or finished (fin, read from the log).
+func (h *handler) lookupLink(st *frames.State, frameID string) (id string, f *frames.Frame, fin *frames.FinishedError, err error) {
+	id, err = frames.ResolveFrame(st, frameID)
+	if err == nil {
+		err = frames.ValidateID("frame id", id, h.cfg.Frames.MaxIDBytes)
+	}
+	if err != nil || st.ChainOf(id) != "" {
+		return id, st.Frames[id], nil, err
+	}
+	f, err = frames.LookupFrame(h.cfg.Frames, st, id)
+	switch {
+	case errors.As(err, &fin):
+		return fin.ID, nil, fin, nil
+	case err != nil:
+		return "", nil, nil, err
+	}
+	return f.ID, f, nil, nil
 }
 
 // readChainHead is ResumeChain's prepare: a job that reads the finished

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"errors"
 
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
@@ -81,16 +80,9 @@ func liveLinks(st *frames.State) map[string]eventstore.ChainLink {
 // frame the scope never had, another scope's included, is not found) and
 // the chain resolved and searched in a job.
 func (h *handler) searchChain(st *frames.State, r *messages.SearchChain) outcome {
-	id := r.FrameID
-	f, err := frames.LookupFrame(h.cfg.Frames, st, r.FrameID)
-	var fin *frames.FinishedError
-	switch {
-	case errors.As(err, &fin):
-		id = fin.ID
-	case err != nil:
+	id, _, _, err := h.lookupLink(st, r.FrameID)
+	if err != nil {
 		return replied(failure(r, toWire(err)))
-	default:
-		id = f.ID
 	}
 	q := chainQueryOf(st, id)
 	scope, version := st.Scope, st.Version

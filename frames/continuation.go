@@ -615,10 +615,16 @@ func applyLinkPushed(s *State, e *FramePushed, version int64) error {
 		s.commitChainPush(e, version)
 		return nil
 	}
-	if e.Budget.SubcallAllocation != 0 || e.Cost == nil {
-		return inconsistent("continuation %q with subcall allocation %d (cost %v)", e.Frame, e.Budget.SubcallAllocation, e.Cost != nil)
+	if e.Budget.SubcallAllocation != 0 {
+		return inconsistent("continuation %q with subcall allocation %d", e.Frame, e.Budget.SubcallAllocation)
 	}
-	if err := e.Cost.Validate(); err != nil {
+	// A continuation carries its cost on; a zero cost is absent in the
+	// encoded event (omitempty omits a pointer to a zero Cost: IsZero).
+	var cost budget.Cost
+	if e.Cost != nil {
+		cost = *e.Cost
+	}
+	if err := cost.Validate(); err != nil {
 		return inconsistent("continuation cost: %v", err)
 	}
 	var parent *Frame
@@ -646,7 +652,7 @@ func applyLinkPushed(s *State, e *FramePushed, version int64) error {
 		}
 	}
 	f := &Frame{ID: e.Frame, ParentID: e.ParentID, Goal: e.Goal, Inputs: cloneBytes(e.Inputs), Status: StatusActive,
-		Depth: e.Depth, Budget: e.Budget, Limits: e.Limits, Cost: *e.Cost, CreatedAt: e.At, PushSeq: version,
+		Depth: e.Depth, Budget: e.Budget, Limits: e.Limits, Cost: cost, CreatedAt: e.At, PushSeq: version,
 		ContextWindow: e.ContextWindow, ContinuedFrom: e.ContinuedFrom, ChainRoot: e.ChainRoot,
 		Freed: append([]int64(nil), e.Freed...)}
 	for _, c := range e.InDoubt {

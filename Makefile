@@ -1,7 +1,7 @@
 GO ?= go
 PURE := ./budget/... ./compaction/... ./frames/...
 
-.PHONY: test vet check-deps bench bench-go test-peers fmt run build example inspect
+.PHONY: test vet check-deps bench bench-go test-peers fmt run build example example-longtask inspect
 
 ## run: start the StateIndex server on ./data/stateindex.db (Ctrl-C stops it cleanly)
 run:
@@ -14,6 +14,10 @@ build:
 ## example: the agent example (run it twice; kill it midway; then --approve)
 example:
 	$(GO) run ./examples/agent --data ./data/agent-example
+
+## example-longtask: a long task that continues twice (explicitly, then automatically), finishes and is resumed by a user
+example-longtask:
+	$(GO) run ./examples/longtask
 
 ## inspect: print the example's frame trees
 inspect:

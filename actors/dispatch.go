@@ -888,6 +888,9 @@ func (h *handler) finishedJob(req messages.Request, st *frames.State, id string,
 			if r.err != nil {
 				return replied(failure(req, toWire(r.err)))
 			}
+			for _, f := range r.fs { // a finished head resumed since: where its chain went
+				st.LinkPointers(f)
+			}
 			if p := r.fs[0].ParentID; ancestors && p != "" {
 				r.fs = append(st.Ancestry(p), r.fs...)
 			}

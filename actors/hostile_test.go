@@ -144,8 +144,18 @@ func TestHostileInputCatalogue(t *testing.T) {
 	}))
 	require.NoError(t, db.Close())
 	ed.start()
-	// A truncated copy of a data file.
-	clean, err := os.ReadFile(e2.path)
+	// A truncated copy of a data file: a closed one whose pages run past
+	// the cut (a live file's copy may hold only the pages its background
+	// apply reached, all before the cut, and open fine).
+	wholeFile := filepath.Join(t.TempDir(), "whole.db")
+	fs, err := eventstore.Open(wholeFile, &eventstore.Options{NoSync: true})
+	require.NoError(t, err)
+	for i := range 300 {
+		_, err := fs.Append(ctx, fmt.Sprintf("stream-%03d", i), 0, []eventstore.Event{{Type: "x", Data: bytes.Repeat([]byte("d"), 200)}})
+		require.NoError(t, err)
+	}
+	require.NoError(t, fs.Close())
+	clean, err := os.ReadFile(wholeFile)
 	require.NoError(t, err)
 	truncated := filepath.Join(t.TempDir(), "truncated.db")
 	require.NoError(t, os.WriteFile(truncated, clean[:len(clean)/3], 0o600))
@@ -164,6 +174,44 @@ func TestHostileInputCatalogue(t *testing.T) {
 	}
 	goalOK := "fine"
 	badGoal := "\xff\xfe"
+
+	// Chains: a running one (its first link continued), a finished one,
+	// a frame whose context would free nothing, one whose window no
+	// continuation can free 5% of, and a chain of another scope.
+	_, contOld := conversation(t, e, s, 2_000, 10)
+	cont, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: contOld, ResumeCeiling: 200})
+	require.NoError(t, err)
+	_, finOld := conversation(t, e, s, 2_000, 10)
+	fin, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: finOld, ResumeCeiling: 200})
+	require.NoError(t, err)
+	_, err = c.PopFrame(ctx, &messages.PopFrame{Header: mut(s), FrameID: fin.FrameID, Status: frames.StatusCompleted})
+	require.NoError(t, err)
+	_, full := conversation(t, e, s, 2_000, 10)
+	_, vast := conversation(t, e, s, 1<<62, 10)
+	_, foreignOld := conversation(t, e, "other-scope", 2_000, 10)
+	foreignChain, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut("other-scope"), FrameID: foreignOld, ResumeCeiling: 200})
+	require.NoError(t, err)
+	headIs := func(want string) func(error) error { // frame_continued names the chain's head
+		return func(err error) error {
+			var me *messages.Error
+			if errorsAs(err, &me) {
+				assert.Equal(t, want, me.Head, "frame_continued names the head")
+			}
+			return err
+		}
+	}
+	resume := func(id, msg string, ceiling int64) error {
+		_, err := c.ResumeChain(ctx, &messages.ResumeChain{Header: mut(s), ChainID: id, Message: msg, ResumeCeiling: ceiling})
+		return err
+	}
+	search := func(r messages.SearchChain) error {
+		r.Header = messages.Header{Scope: s}
+		if r.FrameID == "" {
+			r.FrameID = contOld
+		}
+		_, err := c.SearchChain(ctx, &r)
+		return err
+	}
 
 	type tc struct {
 		name string
@@ -446,6 +494,179 @@ func TestHostileInputCatalogue(t *testing.T) {
 			})
 		}, actors.ErrFrameNotFound, nil},
 
+		// Chains: a chain id of another scope is not found, for every
+		// operation that names one (its first link and its head alike).
+		{"chain of another scope: ContinueFrame", func() error {
+			return sameAsUnknown(t, foreignChain.FrameID, func(id string) error {
+				_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: id})
+				return err
+			})
+		}, actors.ErrFrameNotFound, nil},
+		{"chain of another scope: ContinueFrame of its continued link", func() error {
+			return sameAsUnknown(t, foreignOld, func(id string) error {
+				_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: id})
+				return err
+			})
+		}, actors.ErrFrameNotFound, nil},
+		{"chain of another scope: GetChain", func() error {
+			return sameAsUnknown(t, foreignOld, func(id string) error {
+				_, err := c.GetChain(ctx, &messages.GetChain{Header: messages.Header{Scope: s}, FrameID: id})
+				return err
+			})
+		}, actors.ErrFrameNotFound, nil},
+		{"chain of another scope: GetChain by its head", func() error {
+			return sameAsUnknown(t, foreignChain.FrameID, func(id string) error {
+				_, err := c.GetChain(ctx, &messages.GetChain{Header: messages.Header{Scope: s}, FrameID: id})
+				return err
+			})
+		}, actors.ErrFrameNotFound, nil},
+		{"chain of another scope: ResumeChain", func() error {
+			return sameAsUnknown(t, foreignOld, func(id string) error { return resume(id, "go on", 0) })
+		}, actors.ErrFrameNotFound, nil},
+		{"chain of another scope: SearchChain", func() error {
+			return sameAsUnknown(t, foreignOld, func(id string) error { return search(messages.SearchChain{FrameID: id, Query: "turn"}) })
+		}, actors.ErrFrameNotFound, nil},
+
+		// Continuing: a continued frame (frame_continued, naming the
+		// head), a finished one, a suspended one, one with live children,
+		// absurd resume ceilings, and continuations that free nothing.
+		{"continue a continued frame", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: contOld})
+			return headIs(cont.FrameID)(err)
+		}, actors.ErrFrameContinued, nil},
+		{"continue a link of a finished chain", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: finOld})
+			return headIs(fin.FrameID)(err)
+		}, actors.ErrFrameContinued, nil},
+		{"continue a finished head", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: fin.FrameID})
+			return err
+		}, actors.ErrFrameNotLive, nil},
+		{"continue a suspended frame", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: d3})
+			return err
+		}, actors.ErrFrameNotLive, nil},
+		{"continue a frame with live children", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: child})
+			return err
+		}, actors.ErrLiveChildren, nil},
+		{"negative resume ceiling", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: full, ResumeCeiling: -1})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"most negative resume ceiling", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: full, ResumeCeiling: -1 << 63})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"huge resume ceiling: carrying everything frees nothing", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: full, ResumeCeiling: 1<<63 - 1})
+			return err
+		}, actors.ErrCompactionRefused, nil},
+		{"continue a frame whose window is huge: 5% of it is never freed", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: vast, ResumeCeiling: 1})
+			return err
+		}, actors.ErrCompactionRefused, nil},
+		{"continuation summary of invalid UTF-8", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: full, ResumeCeiling: 200, Summary: "\xff"})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"oversized continuation summary", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: full, ResumeCeiling: 200, Summary: strings.Repeat("s", maxContent+1)})
+			return err
+		}, actors.ErrTooLarge, nil},
+		{"continuation frame id with NUL", func() error {
+			_, err := c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: full + "\x00"})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+
+		// Mutations naming a continued link: frame_continued, naming the head.
+		{"add a handle to a continued frame", func() error {
+			_, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: contOld, Priority: compaction.Low, Content: "late"})
+			return headIs(cont.FrameID)(err)
+		}, actors.ErrFrameContinued, nil},
+		{"start a tool call in a continued frame", func() error {
+			_, err := c.StartToolCall(ctx, &messages.StartToolCall{Header: mut(s), FrameID: contOld, Name: "t"})
+			return headIs(cont.FrameID)(err)
+		}, actors.ErrFrameContinued, nil},
+		{"record usage on a continued frame", func() error {
+			_, err := c.RecordUsage(ctx, &messages.RecordUsage{Header: mut(s), FrameID: contOld, Cost: budget.Cost{Turns: 1}})
+			return headIs(cont.FrameID)(err)
+		}, actors.ErrFrameContinued, nil},
+		{"add a result to a continued frame", func() error {
+			_, err := c.AddResult(ctx, &messages.AddResult{Header: mut(s), FrameID: contOld, Kind: "k", Ref: "r"})
+			return headIs(cont.FrameID)(err)
+		}, actors.ErrFrameContinued, nil},
+		{"suspend a continued frame", func() error {
+			_, err := c.SuspendFrame(ctx, &messages.SuspendFrame{Header: mut(s), FrameID: contOld, Reason: frames.SuspendApproval})
+			return headIs(cont.FrameID)(err)
+		}, actors.ErrFrameContinued, nil},
+		{"update a continued frame", func() error {
+			_, err := c.UpdateFrame(ctx, &messages.UpdateFrame{Header: mut(s), FrameID: contOld, Goal: &goalOK})
+			return headIs(cont.FrameID)(err)
+		}, actors.ErrFrameContinued, nil},
+
+		// Resuming: a running chain, by any link; bad messages; bad ceilings.
+		{"resume a running chain by its first link", func() error { return resume(contOld, "go on", 0) }, actors.ErrChainRunning, nil},
+		{"resume a running chain by its head", func() error { return resume(cont.FrameID, "go on", 0) }, actors.ErrChainRunning, nil},
+		{"resume a frame in no chain that is running", func() error { return resume(full, "go on", 0) }, actors.ErrChainRunning, nil},
+		{"resume an unknown chain", func() error { return resume("ghost", "go on", 0) }, actors.ErrFrameNotFound, nil},
+		{"resume with a chain id with NUL", func() error { return resume(finOld+"\x00", "go on", 0) }, actors.ErrInvalidArgument, nil},
+		{"resume with a chain id too long", func() error { return resume(longID, "go on", 0) }, actors.ErrInvalidArgument, nil},
+		{"resume with an empty message", func() error { return resume(finOld, "", 0) }, actors.ErrInvalidArgument, nil},
+		{"resume with a message of invalid UTF-8", func() error { return resume(finOld, "go \xc3\x28", 0) }, actors.ErrInvalidArgument, nil},
+		{"resume with a message with NUL", func() error { return resume(finOld, "go\x00on", 0) }, actors.ErrInvalidArgument, nil},
+		{"resume with a message over the configured limit", func() error {
+			return resume(finOld, strings.Repeat("m", maxContent+1), 0)
+		}, actors.ErrTooLarge, nil},
+		{"resume with a negative resume ceiling", func() error { return resume(finOld, "go on", -1) }, actors.ErrInvalidArgument, nil},
+		{"resume with the most negative resume ceiling", func() error { return resume(fin.FrameID, "go on", -1<<63) }, actors.ErrInvalidArgument, nil},
+		{"resume with a negative budget", func() error {
+			_, err := c.ResumeChain(ctx, &messages.ResumeChain{Header: mut(s), ChainID: finOld, Message: "go on", Budget: budget.TokenBudget{Total: -5}})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"resume with a budget its parent cannot allocate", func() error {
+			_, err := c.ResumeChain(ctx, &messages.ResumeChain{Header: mut(s), ChainID: finOld, Message: "go on", Budget: budget.TokenBudget{Total: 1 << 40}})
+			return err
+		}, actors.ErrInsufficientTokens, nil},
+		{"resume with negative limits", func() error {
+			_, err := c.ResumeChain(ctx, &messages.ResumeChain{Header: mut(s), ChainID: finOld, Message: "go on", Limits: budget.Limits{Turns: -1}})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+
+		// Reading chains: bad ids; searching: bad expressions, limits, cursors.
+		{"get the chain of an unknown frame", func() error {
+			_, err := c.GetChain(ctx, &messages.GetChain{Header: messages.Header{Scope: s}, FrameID: "ghost"})
+			return err
+		}, actors.ErrFrameNotFound, nil},
+		{"get a chain by an id of invalid UTF-8", func() error {
+			_, err := c.GetChain(ctx, &messages.GetChain{Header: messages.Header{Scope: s}, FrameID: "\xff"})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"search with a bad regular expression", func() error { return search(messages.SearchChain{Query: "turn (", Regex: true}) }, actors.ErrInvalidArgument, nil},
+		{"search with a backreference (not RE2)", func() error { return search(messages.SearchChain{Query: `(a)\1`, Regex: true}) }, actors.ErrInvalidArgument, nil},
+		{"search with a huge limit", func() error { return search(messages.SearchChain{Query: "turn", Limit: 1 << 40}) }, actors.ErrInvalidArgument, nil},
+		{"search with a negative limit", func() error { return search(messages.SearchChain{Query: "turn", Limit: -1}) }, actors.ErrInvalidArgument, nil},
+		{"search with a garbage cursor", func() error { return search(messages.SearchChain{Query: "turn", Cursor: "\x00garbage"}) }, actors.ErrInvalidArgument, nil},
+		{"search with a cursor of another search", func() error {
+			page, err := c.SearchChain(ctx, &messages.SearchChain{Header: messages.Header{Scope: s}, FrameID: contOld, Query: "turn", Limit: 1})
+			require.NoError(t, err)
+			require.NotEmpty(t, page.Next)
+			return search(messages.SearchChain{Query: "assistant", Cursor: page.Next})
+		}, actors.ErrInvalidArgument, nil},
+		{"search an unknown chain", func() error { return search(messages.SearchChain{FrameID: "ghost", Query: "turn"}) }, actors.ErrFrameNotFound, nil},
+		{"search for an oversized query", func() error { return search(messages.SearchChain{Query: strings.Repeat("q", 1<<20)}) }, actors.ErrInvalidArgument, nil},
+		{"search for an empty query", func() error { return search(messages.SearchChain{Query: ""}) }, actors.ErrInvalidArgument, nil},
+
+		// Context windows.
+		{"negative context window", func() error {
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "g", Budget: budget.TokenBudget{Total: 10}, ContextWindow: -1})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"most negative context window", func() error {
+			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), ParentID: root, Goal: "g", Budget: budget.TokenBudget{Total: 10}, ContextWindow: -1 << 63})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+
 		// Depth: the server's limit, and a parent's own.
 		{"push beyond max depth", func() error {
 			_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), ParentID: d3b, Goal: "g"})
@@ -704,6 +925,34 @@ func TestHostileInputCatalogue(t *testing.T) {
 	t.Logf("hostile input catalogue: %d cases", len(cases))
 
 	// What the catalogue's refusals must not disturb.
+	// A huge window is a window: pressure reads 0‰, without overflow.
+	w, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: vast, Role: "user", Priority: compaction.Low, Content: "more"})
+	require.NoError(t, err)
+	require.NotNil(t, w.Pressure)
+	assert.Equal(t, messages.Pressure{Tokens: w.Pressure.Tokens, Window: 1 << 62, Permille: 0}, *w.Pressure)
+	huger, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(s), Goal: "g", Budget: budget.TokenBudget{Total: 10}, ContextWindow: 1<<63 - 1})
+	require.NoError(t, err)
+	w, err = c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: huger.FrameID, Priority: compaction.Low, Content: strings.Repeat("w", 4000)})
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), w.Pressure.Permille)
+	// The chains the refusals named are as they were: the running one
+	// still runs at its head, the finished one resumes once, from its
+	// head, and a huge resume ceiling carries what the head had.
+	ch, err := c.GetChain(ctx, &messages.GetChain{Header: messages.Header{Scope: s}, FrameID: contOld})
+	require.NoError(t, err)
+	assert.Equal(t, cont.FrameID, ch.Head)
+	require.Len(t, ch.Links, 2)
+	ch, err = c.GetChain(ctx, &messages.GetChain{Header: messages.Header{Scope: s}, FrameID: finOld})
+	require.NoError(t, err)
+	require.Len(t, ch.Links, 2, "no refused resume added a link")
+	res, err := c.ResumeChain(ctx, &messages.ResumeChain{Header: mut(s), ChainID: finOld, Message: "go on", ResumeCeiling: 1<<63 - 1})
+	require.NoError(t, err)
+	assert.Equal(t, fin.FrameID, res.From)
+	assert.GreaterOrEqual(t, res.Carried, fin.Carried, "at least what the head was given is carried on")
+	ch, err = c.GetChain(ctx, &messages.GetChain{Header: messages.Header{Scope: s}, FrameID: finOld})
+	require.NoError(t, err)
+	require.Len(t, ch.Links, 3)
+	assert.Equal(t, res.FrameID, ch.Head)
 	_, err = ed.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "healthy"}})
 	require.NoError(t, err, "a damaged scope leaves the others readable")
 	_, err = ed.c.PushFrame(ctx, &messages.PushFrame{Header: mut("healthy"), Goal: "g"})

@@ -231,7 +231,7 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 		return sr, err
 	}
 	plan, err := frames.PlanRetention(frames.RetentionInput{Policy: p, Now: now, Base: base, Head: sc.Head,
-		Runs: frames.RunsOf(sc.Finished), KeepFrom: sc.FirstSince, LiveChains: sc.LiveChains, Limit: limit})
+		Runs: frames.RunsOf(sc.Finished), KeepFrom: sc.FirstSince, LiveChains: sc.LiveChains, Limit: limit, Within: sc.Within})
 	if err != nil || plan.Through == 0 {
 		sr.Kept = plan.Kept
 		return sr, err

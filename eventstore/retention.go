@@ -29,6 +29,10 @@ type HistoryScan struct {
 	// pushed after the base and not popped: chains whose head is live
 	// (frames.RetentionInput.LiveChains).
 	LiveChains map[string]bool
+	// Within maps each version after the base that is not the first of
+	// its request's records to the first (a continuation, a cascade): a
+	// cut must not fall inside a request (frames.RetentionInput.Within).
+	Within map[int64]int64
 }
 
 // ScanHistory reads scope's records after its base. since is a server time
@@ -45,9 +49,19 @@ func ScanHistory(ctx context.Context, store Store, scope string, since int64) (H
 	}
 	sc.Head = info.Version
 	chainPush := map[string]string{} // link pushed → its chain's root, until popped
+	var req string
+	var reqStart int64
 	err = store.ReadStream(ctx, scope, sc.Base.Version+1, func(r Record) error {
 		if sc.FirstSince == 0 && metaAt(r.Data) >= since {
 			sc.FirstSince = r.Version
+		}
+		if q := metaRequest(r.Data); q == "" || q != req {
+			req, reqStart = q, r.Version
+		} else {
+			if sc.Within == nil {
+				sc.Within = map[int64]int64{}
+			}
+			sc.Within[r.Version] = reqStart
 		}
 		switch r.Type {
 		case frames.TypeFramePushed:
@@ -113,6 +127,41 @@ func pushOf(ctx context.Context, store Store, scope, id string) (string, int64, 
 		return p.ParentID, sp.First, nil
 	}
 	return "", sp.First, nil // pushed before the base: its push is gone
+}
+
+// metaRequest reads the "_q" (request id) field of an event's metadata;
+// "" if it has none.
+func metaRequest(data []byte) string {
+	r := mpReader{b: data}
+	n, err := r.mapLen()
+	if err != nil {
+		return ""
+	}
+	for i := 0; i < n; i++ {
+		k, err := r.str()
+		if err != nil || len(k) != 2 || k[0] != '_' {
+			return ""
+		}
+		switch k[1] {
+		case 'q':
+			q, err := r.str()
+			if err != nil {
+				return ""
+			}
+			return string(q)
+		case 't':
+			if _, err := r.int(); err != nil {
+				return ""
+			}
+		case 's', 'f':
+			if _, err := r.str(); err != nil {
+				return ""
+			}
+		default:
+			return ""
+		}
+	}
+	return ""
 }
 
 // metaAt reads the "_t" (server time) field of an event's metadata; 0 if it

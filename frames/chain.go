@@ -172,6 +172,22 @@ func (s *State) ChainLinks(id string) (links []ChainLink, root string, err error
 	return links, root, nil
 }
 
+// LinkPointers sets, on a finished frame read back from the log, the
+// chain pointers its own records cannot hold: the chain it is a link of
+// (ChainRoot) and the link after it (ContinuedTo) when it was resumed
+// after it finished. A frame in no chain is left as it is.
+func (s *State) LinkPointers(f *Frame) {
+	root := s.LinkRoots[f.ID]
+	c := s.Chains[root]
+	if root == "" || c == nil || f.Status.Live() {
+		return
+	}
+	f.ChainRoot = root
+	if l := c.link(f.ID); l != nil && l.To != "" {
+		f.ContinuedTo = l.To
+	}
+}
+
 // chainLink returns the chain c's link id, or nil.
 func (c *Chain) link(id string) *ChainLink {
 	for i := len(c.Links) - 1; i >= 0; i-- { // the head is usually wanted
@@ -297,8 +313,10 @@ func (s *State) checkChainPush(e *FramePushed) (cont bool, err error) {
 	from := e.ContinuedFrom
 	if e.Resumed != nil {
 		// A resume of a frame that finished in no chain: it becomes the root.
+		// A state that keeps finished frames (KeepFinished) holds it.
 		l := *e.Resumed
-		if l.ID != from || e.ChainRoot != from || s.LinkRoots[from] != "" || s.Frames[from] != nil || !l.Status.Terminal() ||
+		held := s.Frames[from] != nil && !(s.KeepFinished && s.Frames[from].Status == l.Status)
+		if l.ID != from || e.ChainRoot != from || s.LinkRoots[from] != "" || held || !l.Status.Terminal() ||
 			l.Status == StatusContinued || l.To != "" {
 			return false, inconsistent("resume of %q as a new chain (root %q, link %+v)", from, e.ChainRoot, l)
 		}
@@ -341,6 +359,11 @@ func (s *State) commitChainPush(e *FramePushed, version int64) {
 	c.Links = append(c.Links, ChainLink{ID: e.Frame, Status: StatusActive, CreatedAt: e.At, PushSeq: version})
 	c.Head = e.Frame
 	s.LinkRoots[e.Frame] = root
+	if f := s.Frames[from]; f != nil && s.KeepFinished && !f.Status.Live() {
+		// A finished head resumed, in a state that keeps finished frames:
+		// its forward pointer (a continued one has it from its pop).
+		f.ContinuedTo, f.ChainRoot = e.Frame, root
+	}
 }
 
 // cloneChains deep-copies s's chains into c.

@@ -381,7 +381,10 @@ func (d decider) resumeChain(c *ResumeChain) ([]Event, error) {
 		return nil, invalid("resume of chain %q: its head %q, as read, does not match", c.ChainID, headID)
 	}
 	if c.Message == "" {
-		return nil, invalid("resume of chain %q needs a message")
+		return nil, invalid("resume of chain %q needs a message", c.ChainID)
+	}
+	if c.ResumeCeiling < 0 {
+		return nil, fmt.Errorf("%w: resume ceiling", budget.ErrNegativeAmount)
 	}
 	if err := checkText("message", c.Message, d.cfg.MaxContentBytes); err != nil {
 		return nil, err

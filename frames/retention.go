@@ -84,6 +84,12 @@ type RetentionInput struct {
 	// before it are gone). The cut never splits a run: it stops before
 	// one that would straddle it.
 	Limit int64
+	// Within maps each version that is not the first of its request's
+	// records to the first: the cut never falls inside a request (a
+	// continuation pops a frame and pushes its next link in one append;
+	// cutting between them would remove the request's index entry with
+	// half its records).
+	Within map[int64]int64
 }
 
 // RetentionPlan says what a pass removes: the records through Through (0:
@@ -126,6 +132,17 @@ func PlanRetention(in RetentionInput) (RetentionPlan, error) {
 			for _, r := range runs {
 				if r.First <= through && through < r.Last {
 					through, moved = r.First-1, true
+				}
+			}
+		}
+	}
+	for moved := true; moved; { // back off out of a request, and then out of a run
+		moved = false
+		if start, ok := in.Within[through+1]; ok && start <= through {
+			through, moved = start-1, true
+			for _, r := range runs {
+				if r.First <= through && through < r.Last {
+					through = r.First - 1
 				}
 			}
 		}

@@ -119,3 +119,24 @@ func TestApplyRetention(t *testing.T) {
 	assert.ErrorIs(t, err, frames.ErrInvalidArgument, "not again")
 	assert.Equal(t, w.s.Clone(), w.replay().Clone())
 }
+
+// The cut never falls inside a request: a continuation pops a frame (a
+// run) and pushes its next link in one append, and a cut between them
+// would remove the request's index entry with half its records (found by
+// the crash storm).
+func TestPlanRetentionNeverSplitsARequest(t *testing.T) {
+	in := frames.RetentionInput{Policy: frames.RetentionPolicy{KeepLastN: 0, OnCompletion: frames.CompletionArchive}, Now: 100, Head: 20,
+		Runs: []frames.Run{{Frame: "a", First: 1, Last: 5}, {Frame: "b", First: 6, Last: 9}}, KeepFrom: 6, Limit: 15}
+	plan, err := frames.PlanRetention(in)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), plan.Through, "without Within the cut is right after a's pop")
+	in.Within = map[int64]int64{6: 5, 7: 5, 8: 5} // a's pop at 5 and the next link's push and handles: one request
+	plan, err = frames.PlanRetention(in)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), plan.Through, "the cut backs off out of the request, and then out of a's run")
+	require.Empty(t, plan.Removed)
+	in.Within = map[int64]int64{3: 2, 4: 2} // a request inside a's run, away from the cut: no change
+	plan, err = frames.PlanRetention(in)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), plan.Through)
+}

@@ -39,7 +39,19 @@ type Side struct {
 	ByID   map[string]*Record
 	order  []string // ids in the order first sent
 	tokens map[string]map[string]string
+	links  []Link
 }
+
+// Link is a chain link an acknowledged reply reported: From continued
+// (or, Resumed, finished and resumed) by To, in Scope, by request ID.
+type Link struct {
+	Scope, ID, From, To string
+	Resumed             bool
+}
+
+// Links returns the chain links acknowledged replies reported, in the
+// order acknowledged.
+func (s *Side) Links() []Link { return s.links }
 
 // ParseSide reads a side file; a missing file is an empty one. A last line
 // without its newline (cut by a kill) is ignored.
@@ -83,6 +95,12 @@ func ParseSide(path string) (*Side, error) {
 			r.Version, _ = strconv.ParseInt(f[4], 10, 64)
 			r.Wrote = f[5] == "1"
 			for _, x := range f[6:] {
+				for _, kind := range []string{"cont=", "resumed="} {
+					if t, ok := strings.CutPrefix(x, kind); ok {
+						from, to, _ := strings.Cut(t, ":")
+						s.links = append(s.links, Link{Scope: r.Scope, ID: id, From: from, To: to, Resumed: kind == "resumed="})
+					}
+				}
 				if t, ok := strings.CutPrefix(x, "tok="); ok {
 					frame, tok, _ := strings.Cut(t, ":")
 					if s.tokens[r.Scope] == nil {
@@ -159,12 +177,25 @@ type Stats struct {
 	Bases      map[string]int64
 	Orphans    map[string]int // orphan archives by scope
 	Warnings   []string
+	// Chains: the chains recovered and their links, each read with
+	// GetChain from every link; ContinuedRefusals the mutations naming a
+	// link before its head refused with frame_continued naming it;
+	// LinksAcked the links acknowledged replies reported, each found.
+	Chains, ChainLinks, ContinuedRefusals, LinksAcked int
+	// RemovedLinks are links whose first records retention removed: not
+	// read (GetChain from them is frame_not_found).
+	RemovedLinks int
+	// Continuations and Resumes are the acknowledged ContinueFrame and
+	// ResumeChain requests, AutoContinued the acknowledged writes that
+	// continued their frame automatically (all among Acked).
+	Continuations, Resumes, AutoContinued int
 }
 
 func (s Stats) String() string {
 	return fmt.Sprintf("%d acknowledged writes present (%d lost), %d requests / %d events in %d scopes, "+
-		"%d snapshots equal to their replay, %d checkpoint signatures verified",
-		s.Acked, s.Lost, s.Requests, s.Events, s.Streams, s.Snapshots, s.Signatures)
+		"%d snapshots equal to their replay, %d checkpoint signatures verified; "+
+		"%d chains (%d links) read from every link, %d acknowledged links found, %d mutations of earlier links refused",
+		s.Acked, s.Lost, s.Requests, s.Events, s.Streams, s.Snapshots, s.Signatures, s.Chains, s.ChainLinks, s.LinksAcked, s.ContinuedRefusals)
 }
 
 // group is one request's events in the log.
@@ -341,8 +372,15 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 				fail("acknowledged %s %s replied version %d, but its events end at version %d", r.Op, id, r.Version, g.last)
 			default:
 				st.Acked++
-				if r.Op == "CompactContext" {
+				switch {
+				case r.Op == "CompactContext":
 					st.Compactions++
+				case r.Op == "ContinueFrame":
+					st.Continuations++
+				case r.Op == "ResumeChain":
+					st.Resumes++
+				case len(g.events) > 1 && (r.Op == "AddContextHandle" || r.Op == "FinishToolCall"):
+					st.AutoContinued++
 				}
 				if g.last <= g.base {
 					st.AckedArchived++
@@ -477,11 +515,157 @@ func checkWhole(g *group, side *Side, s *frames.State, fail func(string, ...any)
 		if f == nil || n > 2 || (f.Status != frames.StatusSuspended && f.Limits.Check(f.Cost) != nil) {
 			fail("PARTIAL: %s left frame %q over its limits and not suspended (%d events)", where, q.FrameID, n)
 		}
+	case *messages.ContinueFrame:
+		checkContinuation(where, q.FrameID, g.events, s, fail)
+	case *messages.AddContextHandle, *messages.FinishToolCall:
+		// The write, then, if it reached the threshold, the frame's
+		// automatic continuation, whole.
+		if n > 1 {
+			checkContinuation(where, g.events[0].EventMeta().Frame, g.events[1:], s, fail)
+		}
+	case *messages.ResumeChain:
+		push, ok := g.events[0].(*frames.FramePushed)
+		if !ok || push.ContinuedFrom == "" || n < 3 {
+			fail("PARTIAL: %s is %d events, not a linked frame.pushed, its segment and the user's message", where, n)
+			return
+		}
+		for _, e := range g.events[1:] {
+			if h, ok := e.(*frames.HandleAdded); !ok || h.Frame != push.Frame {
+				fail("PARTIAL: %s: %s among the resumed link %q's handles", where, e.EventType(), push.Frame)
+				return
+			}
+		}
+		last := g.events[n-1].(*frames.HandleAdded)
+		if last.Handle.Content != q.Message || last.Handle.Role != frames.RoleUser {
+			fail("%s: the resumed link's last handle is %q (%s), not the user's message", where, last.Handle.Content, last.Handle.Role)
+		}
+		from := s.Frame(push.ContinuedFrom)
+		if from == nil || from.ContinuedTo != push.Frame || s.ChainOf(push.Frame) != s.ChainOf(push.ContinuedFrom) || s.ChainOf(push.Frame) == "" {
+			fail("PARTIAL: %s: the resumed head %q does not lead to the new link %q in one chain", where, push.ContinuedFrom, push.Frame)
+		}
 	default:
 		if n != 1 {
 			fail("%s has %d events, want 1", where, n)
 		}
 	}
+}
+
+// checkContinuation checks the events of the continuation of the frame
+// from, whole: its frame.popped (continued, naming the new link), the new
+// link's frame.pushed (continuing from, in from's chain) and the handles
+// it carries (the segment first); and, in s just after them, from
+// continued and the new link in its chain.
+func checkContinuation(where, from string, evs []frames.Event, s *frames.State, fail func(string, ...any)) {
+	if len(evs) < 3 {
+		fail("PARTIAL: %s: a continuation of %d events", where, len(evs))
+		return
+	}
+	pop, ok1 := evs[0].(*frames.FramePopped)
+	push, ok2 := evs[1].(*frames.FramePushed)
+	if !ok1 || !ok2 || pop.Frame != from || pop.Status != frames.StatusContinued || pop.ContinuedTo != push.Frame || push.ContinuedFrom != from {
+		fail("PARTIAL: %s: the continuation of %q is not a frame.popped (continued) then the new link's frame.pushed", where, from)
+		return
+	}
+	for _, e := range evs[2:] {
+		if h, ok := e.(*frames.HandleAdded); !ok || h.Frame != push.Frame {
+			fail("PARTIAL: %s: %s among the new link %q's handles", where, e.EventType(), push.Frame)
+			return
+		}
+	}
+	if h := evs[2].(*frames.HandleAdded); h.Handle.Kind != frames.ContinuationKind {
+		fail("%s: the new link %q starts with a %q handle, not its continuation segment", where, push.Frame, h.Handle.Kind)
+	}
+	f, next := s.Frame(from), s.Frame(push.Frame)
+	if f == nil || next == nil || f.Status != frames.StatusContinued || f.ContinuedTo != push.Frame || next.ContinuedFrom != from ||
+		s.ChainOf(from) == "" || s.ChainOf(from) != s.ChainOf(push.Frame) || next.ParentID != f.ParentID {
+		fail("PARTIAL: %s: after it, %q and its continuation %q are not linked siblings of one chain", where, from, push.Frame)
+	}
+}
+
+// checkChains checks every chain of the replay st through the server:
+// GetChain from every link answers the same root, head and links, as the
+// replay's chain has them, every link's forward pointer names the next
+// link, and every link before the head refuses a mutation with
+// frame_continued naming the head (a finished head's links with
+// frame_not_live: it is the head that refuses, not as continued); every
+// link the side file's acknowledged replies reported is in its chain,
+// after the link it continued. Links whose records retention removed are
+// not read from (they are not found; the other links list them: the
+// projection keeps chains).
+func checkChains(ctx context.Context, w *Storm, name string, st *frames.State, links []Link, removed func(id string) bool, stats *Stats) error {
+	roots := make([]string, 0, len(st.Chains))
+	for r := range st.Chains {
+		roots = append(roots, r)
+	}
+	sort.Strings(roots)
+	for _, root := range roots {
+		want, _, err := st.ChainLinks(root)
+		if err != nil {
+			return fmt.Errorf("scope %q: the replay's chain %q: %w", name, root, err)
+		}
+		head := want[len(want)-1].ID
+		ids := make([]string, len(want))
+		for i, l := range want {
+			ids[i] = l.ID
+			if f := st.Frame(l.ID); f != nil && i+1 < len(want) && f.ContinuedTo != want[i+1].ID {
+				return fmt.Errorf("scope %q: chain %q: link %q points at %q, the next link is %q", name, root, l.ID, f.ContinuedTo, want[i+1].ID)
+			}
+		}
+		stats.Chains++
+		stats.ChainLinks += len(ids)
+		for _, id := range ids {
+			if removed(id) {
+				// Retention removed the link's records: it is not found
+				// (issue 12 asks for a tombstone; not built yet).
+				stats.RemovedLinks++
+				continue
+			}
+			got, err := w.C.GetChain(ctx, &messages.GetChain{Header: messages.Header{Scope: name}, FrameID: id})
+			if err != nil {
+				return fmt.Errorf("scope %q: GetChain(%s) of chain %q: %w", name, id, root, err)
+			}
+			gotIDs := make([]string, len(got.Links))
+			for i, l := range got.Links {
+				gotIDs[i] = l.FrameID
+			}
+			if got.Root != root || got.Head != head || !slices.Equal(gotIDs, ids) {
+				return fmt.Errorf("scope %q: GetChain(%s) answered root %q head %q links %v; the replay's chain is %q → %q %v",
+					name, id, got.Root, got.Head, gotIDs, root, head, ids)
+			}
+		}
+		// A mutation naming the root and the link before the head (two
+		// probes a chain: each is a refused request in the side file).
+		for _, i := range []int{0, len(want) - 2} {
+			id := ids[max(i, 0)]
+			if id == head || removed(id) {
+				continue
+			}
+			_, err = w.send(ctx, &messages.AddResult{Header: messages.Header{Scope: name}, FrameID: id, Kind: "file", Ref: "/after-recovery"})
+			var me *messages.Error
+			ok := errors.As(err, &me)
+			switch {
+			case want[i].Status == frames.StatusContinued && (!ok || me.Code != messages.CodeFrameContinued || me.Head != head):
+				return fmt.Errorf("scope %q: a mutation naming the continued link %q of chain %q (head %q): want frame_continued naming the head, got %v",
+					name, id, root, head, err)
+			case want[i].Status != frames.StatusContinued && (!ok || me.Code != messages.CodeFrameNotLive):
+				return fmt.Errorf("scope %q: a mutation naming the finished (resumed) link %q of chain %q: want frame_not_live, got %v", name, id, root, err)
+			}
+			stats.ContinuedRefusals++
+		}
+	}
+	for _, l := range links {
+		if l.Scope != name {
+			continue
+		}
+		root := st.ChainOf(l.From)
+		f, next := st.Frame(l.From), st.Frame(l.To)
+		if root == "" || st.ChainOf(l.To) != root || f == nil || next == nil || f.ContinuedTo != l.To || next.ContinuedFrom != l.From ||
+			(l.Resumed == (f.Status == frames.StatusContinued)) {
+			return fmt.Errorf("LOST: scope %q: the acknowledged link %q → %q (request %s, resumed %v) is not in the recovered chains", name, l.From, l.To, l.ID, l.Resumed)
+		}
+		stats.LinksAcked++
+	}
+	return nil
 }
 
 // checkResume starts a StateIndex on the store and compares what
@@ -506,6 +690,10 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 	}
 	defer sl.Close()
 	w := &Storm{C: srv.Client(), Log: sl}
+	side, err := ParseSide(filepath.Join(dir, SideFile))
+	if err != nil {
+		return err
+	}
 	for _, name := range streams {
 		want, all := live[name], replayed[name]
 		reply, err := w.send(ctx, &messages.ResumeActor{Header: messages.Header{Scope: name}})
@@ -566,9 +754,18 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 				st.FramesCut++
 			}
 			f.Children = nil // the live projection keeps no children lists
+			if finished {
+				// What the last attempts freed serves the refusal rule of a
+				// live frame; a finished frame's record does not keep it.
+				f.Freed = nil
+			}
 			if d := verify.Diff(f, fr.Frame.Clone()); d != "" {
 				return fmt.Errorf("scope %q: frame %s (%s) differs from the replay: %s", name, id, f.Status, d)
 			}
+		}
+		removed := func(id string) bool { sp, ok := spans[name][id]; return !ok || sp.First <= base }
+		if err := checkChains(ctx, w, name, all, side.Links(), removed, st); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/messages"
 )
 
@@ -66,7 +67,8 @@ func ScopeName(i int) string { return fmt.Sprintf("crash-%02d", i) }
 // Config is the StateIndex configuration of the crash test: snapshots
 // every 16 events and a cache of 8 scopes over 4 shards, so that kills land
 // in snapshot and checkpoint writes and scopes are rebuilt from snapshot
-// plus tail all the time.
+// plus tail all the time; automatic continuation on (ContextWindowMin,
+// ResumeCeiling).
 func Config(log *slog.Logger) actors.Config {
 	cfg := actors.DefaultConfig()
 	cfg.TokenKey = tokenKey
@@ -74,9 +76,20 @@ func Config(log *slog.Logger) actors.Config {
 	cfg.Shards = 4
 	cfg.CacheScopes = 8
 	cfg.SnapshotEvery = 16
+	cfg.Frames.ContinueAt = frames.DefaultContinueAt
+	cfg.Frames.ResumeCeiling = ResumeCeiling
 	cfg.Logger = log
 	return cfg
 }
+
+// Continuation in the storm: roots get windows of ContextWindowMin to
+// twice that (their subframes inherit them), small enough for frames to
+// fill and be continued automatically at 90%; continuations carry at most
+// ResumeCeiling tokens of the trailing context.
+const (
+	ContextWindowMin = 700
+	ResumeCeiling    = 200
+)
 
 func quietSystem(log *slog.Logger) *actor.ActorSystem {
 	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
@@ -180,6 +193,7 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 		return err
 	}
 	tokens := again.Tokens()
+	links := again.Links()
 
 	// Workers: each resumes its scopes, as its actors' Started would.
 	var wg sync.WaitGroup
@@ -193,6 +207,7 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 			if err != nil {
 				return err
 			}
+			s.Seed(links)
 			views[wi] = append(views[wi], s)
 		}
 	}

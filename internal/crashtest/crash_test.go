@@ -218,7 +218,14 @@ func TestCrash(t *testing.T) {
 	rmsg := "crash: retention at the kills: " + rt.String(last)
 	t.Log(rmsg)
 	fmt.Println(rmsg)
+	cmsg := fmt.Sprintf("crash: chains after the last kill: %d acknowledged ContinueFrame, %d writes continued automatically, %d ResumeChain; "+
+		"%d chains (%d links) read with GetChain from every link, each the replay's (%d links removed by retention not read from); %d acknowledged links found; "+
+		"%d mutations of earlier links refused (frame_continued naming the head)",
+		last.Continuations, last.AutoContinued, last.Resumes, last.Chains, last.ChainLinks, last.RemovedLinks, last.LinksAcked, last.ContinuedRefusals)
+	t.Log(cmsg)
+	fmt.Println(cmsg)
 	require.Positive(t, last.Acked)
+	require.Positive(t, last.Chains, "no chain was recovered")
 	// The kills landed in a journal that was busy with all three.
 	require.Positive(t, jt.frames, "no journal frame was written before a kill")
 	require.Positive(t, jt.applications, "no background application ran before a kill")
@@ -229,6 +236,11 @@ func TestCrash(t *testing.T) {
 		require.Positive(t, last.Removals, "no removal was recorded")
 		require.Positive(t, last.Compactions, "no context compaction was acknowledged")
 		require.Positive(t, last.AckedArchived, "no acknowledged write was removed to an archive")
+		// Chains were continued both ways and resumed under the kills.
+		require.Positive(t, last.Continuations, "no ContinueFrame was acknowledged")
+		require.Positive(t, last.AutoContinued, "no write continued its frame automatically")
+		require.Positive(t, last.Resumes, "no ResumeChain was acknowledged")
+		require.Positive(t, last.LinksAcked, "no acknowledged link was checked")
 		require.Positive(t, rt.insidePass, "no kill landed inside a retention pass")
 		require.Positive(t, rt.unfinishedSeen, "no kill left a recorded removal unfinished")
 	}

@@ -38,10 +38,13 @@ import (
 // spaces:
 //
 //	I <scope> <request id> <op> <base64 msgpack request>   before sending
-//	A <scope> <request id> <op> <version> <wrote 0|1> [tok=<frame>:<token>]   after a success
+//	A <scope> <request id> <op> <version> <wrote 0|1> [tok=<frame>:<token>] [cont=<from>:<to>] [resumed=<from>:<to>]   after a success
 //	R <scope> <request id> <op> <error code>               after a refusal
 //
-// A line cut short by the kill has no newline and is ignored.
+// A line cut short by the kill has no newline and is ignored. cont= is a
+// continuation the reply reported (ContinueFrame, or automatic on
+// AddContextHandle and FinishToolCall): from became continued, to is the
+// new link; resumed= is a ResumeChain's new link after the finished head.
 
 // SideLog appends request records to the side file.
 type SideLog struct {
@@ -97,6 +100,8 @@ var newRequest = map[string]func() messages.MutatingRequest{
 	"SuspendFrame":     func() messages.MutatingRequest { return &messages.SuspendFrame{} },
 	"ResumeFrame":      func() messages.MutatingRequest { return &messages.ResumeFrame{} },
 	"CompactContext":   func() messages.MutatingRequest { return &messages.CompactContext{} },
+	"ContinueFrame":    func() messages.MutatingRequest { return &messages.ContinueFrame{} },
+	"ResumeChain":      func() messages.MutatingRequest { return &messages.ResumeChain{} },
 }
 
 // opName is the name of a request's type.
@@ -116,6 +121,9 @@ type mframe struct {
 	calls      []string // tool calls started, not finished
 	handles    int
 	token      string // the suspension token, if suspended and known
+	// next is the chain's next link: the frame that continued this one
+	// (status continued) or resumed it (a finished status), "" for a head.
+	next string
 }
 
 // scope is the storm's view of one scope: what it needs to pick requests
@@ -126,6 +134,60 @@ type scope struct {
 	frames map[string]*mframe
 	stale  bool
 }
+
+// head follows f's chain in the view to its head; "" when a link on the
+// way is not in the view (the view is not sure).
+func (s *scope) head(id string) string {
+	for range len(s.frames) + 1 {
+		f := s.frames[id]
+		if f == nil {
+			return ""
+		}
+		if f.next == "" {
+			return id
+		}
+		id = f.next
+	}
+	return "" // a cycle in the view: never trust it
+}
+
+// finished returns the frames of the view that finished (completed,
+// failed, cancelled) and are their chain's head: those ResumeChain
+// resumes.
+func (s *scope) finished() []*mframe {
+	var out []*mframe
+	for _, f := range s.frames {
+		if f.next == "" && f.status.Terminal() && f.status != frames.StatusContinued {
+			out = append(out, f)
+		}
+	}
+	sortFrames(out)
+	return out
+}
+
+// continued returns the frames of the view that were continued.
+func (s *scope) continued() []*mframe {
+	var out []*mframe
+	for _, f := range s.frames {
+		if f.status == frames.StatusContinued && f.next != "" {
+			out = append(out, f)
+		}
+	}
+	sortFrames(out)
+	return out
+}
+
+// continuedTo records in the view that f was continued to the new link
+// to: its tool calls in doubt move there.
+func (s *scope) continuedTo(f *mframe, to string, handles int) {
+	f.status, f.next = frames.StatusContinued, to
+	s.frames[to] = &mframe{id: to, parent: f.parent, status: frames.StatusActive, depth: f.depth, calls: f.calls, handles: handles}
+	f.calls = nil
+}
+
+// keepFinished is how many finished frames a view keeps across a re-read
+// (the newest by id), for ResumeChain and the frame_continued probe.
+const keepFinished = 48
 
 func (s *scope) live() []*mframe {
 	var out []*mframe
@@ -187,7 +249,7 @@ func (w *Storm) send(ctx context.Context, req messages.Request) (messages.Reply,
 			if lerr := w.Log.write("R", scopeName, id, op, string(me.Code)); lerr != nil {
 				return nil, lerr
 			}
-			return nil, fmt.Errorf("%w: %s %s: %v", errRefused, op, id, err)
+			return nil, fmt.Errorf("%w: %s %s: %w", errRefused, op, id, err)
 		}
 		return nil, fmt.Errorf("%s %s on scope %q: %w", op, id, scopeName, err)
 	}
@@ -232,6 +294,11 @@ func outcome(req messages.Request, reply messages.Reply) (version int64, wrote, 
 		if r.ParentSuspension != nil {
 			extra = "tok=" + r.ParentSuspension.FrameID + ":" + r.ParentSuspension.Token
 		}
+	case *messages.ResumeChainReply:
+		extra = "resumed=" + r.From + ":" + r.FrameID
+	}
+	if cc, ok := reply.(messages.ContextChanger); ok && cc.Change().Continued != nil {
+		extra = "cont=" + cc.Change().Continued.From + ":" + cc.Change().Continued.To
 	}
 	return resultVersion(reply), wrote, extra
 }
@@ -261,6 +328,10 @@ func resultVersion(r messages.Reply) int64 {
 	case *messages.CompactionResult:
 		return x.Version
 	case *messages.ActorResumeState:
+		return x.Version
+	case *messages.ContinueFrameReply:
+		return x.Version
+	case *messages.ResumeChainReply:
 		return x.Version
 	}
 	return -1
@@ -293,17 +364,57 @@ func (w *Storm) Resume(ctx context.Context, name string) (*scope, error) {
 	return s, nil
 }
 
+// refresh re-reads s with ResumeActor, keeping what the live frames do
+// not say: the finished and continued frames of the old view (the newest
+// keepFinished), whose status no longer changes, with their chains' links.
+func (w *Storm) refresh(ctx context.Context, s *scope) error {
+	fresh, err := w.Resume(ctx, s.name)
+	if err != nil {
+		return err
+	}
+	var done []*mframe
+	for _, f := range s.frames {
+		if !f.status.Live() && fresh.frames[f.id] == nil {
+			done = append(done, f)
+		}
+	}
+	sortFrames(done)
+	if len(done) > keepFinished {
+		done = done[len(done)-keepFinished:]
+	}
+	for _, f := range done {
+		f.calls = nil
+		fresh.frames[f.id] = f
+	}
+	*s = *fresh
+	return nil
+}
+
+// Seed adds to s the chain links the side file's acknowledged replies
+// name (Side.Links): what a new process knows of the chains its scopes
+// hold.
+func (s *scope) Seed(links []Link) {
+	for _, l := range links {
+		if l.Scope != s.name || s.frames[l.From] != nil {
+			continue
+		}
+		status := frames.StatusContinued
+		if l.Resumed {
+			status = frames.StatusCompleted // some finished status: the view needs only "not live"
+		}
+		s.frames[l.From] = &mframe{id: l.From, status: status, next: l.To}
+	}
+}
+
 func mut(s *scope) messages.Header { return messages.Header{Scope: s.name} }
 
 // Step sends one random request on s (reads now and then too). A refusal
 // is not an error: the view is marked stale and re-read next time.
 func (w *Storm) Step(ctx context.Context, rng *rand.Rand, s *scope) error {
 	if s.stale {
-		fresh, err := w.Resume(ctx, s.name)
-		if err != nil {
+		if err := w.refresh(ctx, s); err != nil {
 			return err
 		}
-		*s = *fresh
 	}
 	err := w.step(ctx, rng, s)
 	if errors.Is(err, errRefused) {
@@ -321,7 +432,8 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 			limits.Turns = 2 + int64(rng.IntN(3))
 		}
 		r, err := w.send(ctx, &messages.PushFrame{Header: mut(s), Goal: fmt.Sprintf("root goal %d", rng.IntN(1000)),
-			Inputs: inputs(rng), Budget: budget.TokenBudget{Total: 1_000_000, MaxSubframeDepth: 4}, Limits: limits})
+			Inputs: inputs(rng), Budget: budget.TokenBudget{Total: 1_000_000, MaxSubframeDepth: 4}, Limits: limits,
+			ContextWindow: ContextWindowMin + int64(rng.IntN(ContextWindowMin))})
 		if err != nil {
 			return err
 		}
@@ -365,7 +477,7 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 			return w.read(ctx, rng, s, f)
 		}
 	}
-	switch op := rng.IntN(23); {
+	switch op := rng.IntN(27); {
 	case op < 3 && f.depth < 3:
 		r, err := w.send(ctx, &messages.PushFrame{Header: mut(s), ParentID: f.id, Goal: fmt.Sprintf("subtask %d", rng.IntN(1000)),
 			Budget: budget.TokenBudget{Total: 2000 + int64(rng.IntN(3000))}, Inputs: inputs(rng)})
@@ -377,7 +489,14 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		f.status = frames.StatusWaiting
 		return nil
 	case op < 7:
-		return w.addHandle(ctx, rng, s, f)
+		// A turn adds a few messages: frames fill, and some reach the
+		// automatic continuation's threshold.
+		for n := 1 + rng.IntN(4); n > 0 && f.status.Live(); n-- {
+			if err := w.addHandle(ctx, rng, s, f); err != nil {
+				return err
+			}
+		}
+		return nil
 	case op < 8:
 		_, err := w.send(ctx, &messages.AddResult{Header: mut(s), FrameID: f.id, Kind: "file", Ref: fmt.Sprintf("/out/%d.txt", rng.IntN(1e6)),
 			Summary: "a result"})
@@ -401,14 +520,14 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		return nil
 	case op < 14 && len(f.calls) > 0:
 		i := rng.IntN(len(f.calls))
-		_, err := w.send(ctx, &messages.FinishToolCall{Header: mut(s), FrameID: f.id, CallID: f.calls[i],
+		r, err := w.send(ctx, &messages.FinishToolCall{Header: mut(s), FrameID: f.id, CallID: f.calls[i],
 			Output: strings.Repeat("result text ", 1+rng.IntN(40)), IsError: rng.IntN(10) == 0})
 		if err != nil {
 			return err
 		}
 		f.calls = append(f.calls[:i], f.calls[i+1:]...)
 		f.handles += 2
-		return nil
+		return followContinuation(s, f, r.(*messages.FinishToolCallReply).ContextChange)
 	case op < 15:
 		return w.update(ctx, rng, s, f)
 	case op < 16:
@@ -422,9 +541,91 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		return w.compact(ctx, rng, s, f)
 	case op < 20:
 		return w.pop(ctx, rng, s, f, s.liveChildren(f.id) > 0)
+	case op < 22 && f.handles >= 4 && s.liveChildren(f.id) == 0:
+		return w.continueFrame(ctx, rng, s, f)
+	case op < 23:
+		if fs := s.finished(); len(fs) > 0 {
+			return w.resumeChain(ctx, rng, s, fs[rng.IntN(len(fs))])
+		}
+		return w.read(ctx, rng, s, f)
+	case op < 24:
+		if cs := s.continued(); len(cs) > 0 {
+			return w.probeContinued(ctx, rng, s, cs[rng.IntN(len(cs))])
+		}
+		return w.read(ctx, rng, s, f)
 	default:
 		return w.read(ctx, rng, s, f)
 	}
+}
+
+// continueFrame continues f explicitly, with a random resume ceiling.
+func (w *Storm) continueFrame(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {
+	r, err := w.send(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: f.id, ResumeCeiling: 50 + int64(rng.IntN(250))})
+	if err != nil {
+		return err
+	}
+	c := r.(*messages.ContinueFrameReply)
+	if c.From != f.id || c.Continued == nil || c.Continued.To != c.FrameID {
+		return fmt.Errorf("ContinueFrame of %s on scope %q answered %+v", f.id, s.name, c)
+	}
+	s.continuedTo(f, c.FrameID, c.Carried+1)
+	return nil
+}
+
+// resumeChain resumes the finished head f with a user's message, naming
+// the chain by f or, now and then, by its root as the view knows it.
+func (w *Storm) resumeChain(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {
+	req := &messages.ResumeChain{Header: mut(s), ChainID: f.id, Message: fmt.Sprintf("user: go on with step %d", rng.IntN(1000)),
+		ResumeCeiling: int64(rng.IntN(800))}
+	for _, c := range s.continued() { // an earlier link names the same chain
+		if c.next == f.id && rng.IntN(2) == 0 {
+			req.ChainID = c.id
+		}
+	}
+	parent := s.frames[f.parent]
+	if parent == nil || !parent.status.Live() {
+		req.Budget = budget.TokenBudget{Total: 1_000_000, MaxSubframeDepth: 4} // a new root
+	}
+	r, err := w.send(ctx, req)
+	if err != nil {
+		return err
+	}
+	c := r.(*messages.ResumeChainReply)
+	if c.From != f.id {
+		return fmt.Errorf("ResumeChain of %s (head %s in the view) on scope %q resumed %s", req.ChainID, f.id, s.name, c.From)
+	}
+	f.next = c.FrameID
+	depth := int64(0)
+	if c.ParentID != "" {
+		depth = f.depth
+		if p := s.frames[c.ParentID]; p != nil && p.status == frames.StatusActive {
+			p.status = frames.StatusWaiting
+		}
+	}
+	s.frames[c.FrameID] = &mframe{id: c.FrameID, parent: c.ParentID, status: frames.StatusActive, depth: depth, handles: c.Carried + 2}
+	return nil
+}
+
+// probeContinued sends a mutation naming the continued frame f: it must be
+// refused with frame_continued, naming the head the view follows f's links
+// to (when the view knows every link).
+func (w *Storm) probeContinued(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {
+	var req messages.MutatingRequest = &messages.AddResult{Header: mut(s), FrameID: f.id, Kind: "file", Ref: "/late"}
+	if rng.IntN(2) == 0 {
+		req = &messages.AddContextHandle{Header: mut(s), FrameID: f.id, Priority: compaction.Low, Content: "late words"}
+	}
+	_, err := w.send(ctx, req)
+	var me *messages.Error
+	switch {
+	case err == nil:
+		return fmt.Errorf("%s naming the continued frame %s on scope %q was applied", opName(req), f.id, s.name)
+	case !errors.As(err, &me) || me.Code != messages.CodeFrameContinued:
+		return fmt.Errorf("%s naming the continued frame %s on scope %q: want frame_continued, got %w", opName(req), f.id, s.name, err)
+	}
+	if want := s.head(f.id); want != "" && me.Head != want {
+		return fmt.Errorf("%s naming the continued frame %s on scope %q: frame_continued names head %q, the view's is %q", opName(req), f.id, s.name, me.Head, want)
+	}
+	return nil // an expected refusal: the view stands
 }
 
 func inputs(rng *rand.Rand) []byte {
@@ -437,12 +638,25 @@ func (w *Storm) addHandle(ctx context.Context, rng *rand.Rand, s *scope, f *mfra
 	if prio == compaction.Critical && rng.IntN(3) > 0 {
 		prio = compaction.Low
 	}
-	_, err := w.send(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: f.id, Priority: prio,
-		Content: strings.Repeat("context words ", 1+rng.IntN(60))})
-	if err == nil {
-		f.handles++
+	r, err := w.send(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: f.id, Role: []string{"user", "assistant", "tool", ""}[rng.IntN(4)],
+		Priority: prio, Content: strings.Repeat("context words ", 1+rng.IntN(60))})
+	if err != nil {
+		return err
 	}
-	return err
+	f.handles++
+	return followContinuation(s, f, r.(*messages.AddContextHandleReply).ContextChange)
+}
+
+// followContinuation records an automatic continuation a reply reports.
+func followContinuation(s *scope, f *mframe, c messages.ContextChange) error {
+	if c.Continued == nil {
+		return nil
+	}
+	if c.Continued.From != f.id {
+		return fmt.Errorf("a write to %s on scope %q continued %s", f.id, s.name, c.Continued.From)
+	}
+	s.continuedTo(f, c.Continued.To, 2)
+	return nil
 }
 
 func (w *Storm) compact(ctx context.Context, rng *rand.Rand, s *scope, f *mframe) error {

@@ -574,8 +574,12 @@ func init() {
 		messages.OpResumeChain: func() opEntry {
 			e := mutation(
 				func(h *handler, st *frames.State, r *messages.ResumeChain, hdr frames.Header) (frames.Command, error) {
-					head, _ := h.prepared.(*frames.Frame)
-					return &frames.ResumeChain{Header: hdr, ChainID: r.ChainID, Head: head, Message: r.Message, MessageID: h.cfg.NewID(),
+					var head *frames.Frame
+					var end int64
+					if p, ok := h.prepared.(*resumeHead); ok {
+						head, end = p.frame, p.end
+					}
+					return &frames.ResumeChain{Header: hdr, ChainID: r.ChainID, Head: head, HeadEnd: end, Message: r.Message, MessageID: h.cfg.NewID(),
 						Budget: r.Budget, Limits: r.Limits, ResumeCeiling: r.ResumeCeiling, With: h.continueWith()}, nil
 				},
 				func(_ *handler, r *messages.ResumeChain, evs []frames.Event, res messages.Result) (messages.Reply, error) {
@@ -598,6 +602,13 @@ func init() {
 			return e
 		}(),
 	}
+}
+
+// resumeHead is what ResumeChain's prepare read: the chain's finished
+// head and the version of its frame.popped.
+type resumeHead struct {
+	frame *frames.Frame
+	end   int64
 }
 
 // lookupLink resolves a frame a chain read names: a link of a chain the
@@ -637,6 +648,7 @@ func (h *handler) readChainHead(st *frames.State, req messages.Request) *job {
 	}
 	type read struct {
 		f   *frames.Frame
+		end int64 // the version of its frame.popped
 		pre *precount
 		err error
 	}
@@ -650,6 +662,12 @@ func (h *handler) readChainHead(st *frames.State, req messages.Request) *job {
 		run: func() any {
 			f, err := eventstore.LoadFinishedFrame(context.Background(), h.store, scope, head)
 			rd := read{f: f, err: err}
+			if err == nil {
+				sp, ok, lerr := h.store.Lookup(context.Background(), scope, eventstore.FrameKey(head))
+				if rd.err = lerr; ok {
+					rd.end = sp.Last
+				}
+			}
 			if count && err == nil {
 				rd.pre = &precount{counter: name, texts: map[string]counted{}}
 				tokens, light := ct.Count(r.Message), compaction.LightTokens(r.Message, ct)
@@ -668,7 +686,7 @@ func (h *handler) readChainHead(st *frames.State, req messages.Request) *job {
 				return outcome{job: h.loadJob(req)}
 			}
 			m, _ := req.(messages.MutatingRequest)
-			h.prepared = rd.f
+			h.prepared = &resumeHead{frame: rd.f, end: rd.end}
 			defer func() { h.prepared = nil }()
 			return h.mutate(m, &dispatch[messages.OpResumeChain], e, LoadInfo{}, rd.pre)
 		}}

@@ -258,24 +258,6 @@ func clipText(s string, n int) string {
 	return s[:cut] + "…"
 }
 
-// LiveChainLinks returns the links of every chain whose head is live:
-// what retention must keep (a live link depends on all of them).
-func (s *State) LiveChainLinks() map[string]bool {
-	var out map[string]bool
-	for _, c := range s.Chains {
-		if h := s.Frames[c.Head]; h == nil || !h.Status.Live() {
-			continue
-		}
-		if out == nil {
-			out = map[string]bool{}
-		}
-		for _, l := range c.Links {
-			out[l.ID] = true
-		}
-	}
-	return out
-}
-
 // checkRetentionKeepsLiveChains refuses a cut through version through that
 // would remove a link of a chain whose head is live.
 func (s *State) checkRetentionKeepsLiveChains(through int64) error {
@@ -298,8 +280,8 @@ func (s *State) buryChainLinks(e *RetentionApplied) {
 	for _, c := range s.Chains {
 		for i := range c.Links {
 			l := &c.Links[i]
-			if l.Removed != nil || l.PushSeq > e.Through || s.Frames[l.ID] != nil {
-				continue
+			if f := s.Frames[l.ID]; l.Removed != nil || l.PushSeq > e.Through || (f != nil && f.Status.Live()) {
+				continue // a live link's first records may go (the snapshot holds it): it is no tombstone
 			}
 			l.Removed = &LinkTombstone{Through: e.Through, Hash: e.Hash, At: e.At}
 		}

@@ -329,8 +329,13 @@ func (d decider) checkContinueMint(m ContinueMint) error {
 // as a user's handle.
 type ResumeChain struct {
 	Header
-	ChainID       string
-	Head          *Frame
+	ChainID string
+	Head    *Frame
+	// HeadEnd is the version of the head's frame.popped as the store's
+	// index has it (0: not known): a head whose records a recorded
+	// retention removes is not resumed (a resume between a removal's
+	// record and its deletion would otherwise lose the link it names).
+	HeadEnd       int64
 	Message       string
 	MessageID     string
 	Budget        budget.TokenBudget
@@ -375,6 +380,10 @@ func (d decider) resumeChain(c *ResumeChain) ([]Event, error) {
 	}
 	if status.Live() {
 		return nil, fmt.Errorf("%w: chain %q's head %q is %s: only a completed, failed or cancelled chain is resumed", ErrChainRunning, c.ChainID, headID, status)
+	}
+	if c.HeadEnd > 0 && c.HeadEnd <= d.s.RemovedThrough {
+		return nil, fmt.Errorf("%w: chain %q's head %q ended at version %d, which retention removes (through version %d)",
+			ErrFrameNotFound, c.ChainID, headID, c.HeadEnd, d.s.RemovedThrough)
 	}
 	h := c.Head
 	if h == nil || h.ID != headID || h.Status != status || status == StatusContinued {

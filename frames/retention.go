@@ -58,9 +58,11 @@ type Run struct {
 	First      int64
 	Last       int64
 	FinishedAt int64
-	// Chain is the root of the continuation chain the run's frame is a
-	// link of ("" for none).
-	Chain string
+	// Chains are the keys a live chain would pin the run by: the chain
+	// roots its frames' records name and the ids of its frames (a frame
+	// that finished in no chain is the root of the chain a resume makes
+	// of it). A run holding a link of a chain whose head is live is kept.
+	Chains []string
 }
 
 // RetentionInput is what a retention pass knows of a scope.
@@ -118,7 +120,10 @@ func PlanRetention(in RetentionInput) (RetentionPlan, error) {
 	kept := 0
 	for i, r := range runs {
 		newest := len(runs) - i
-		pinned := in.LiveChains[r.Frame] || (r.Chain != "" && in.LiveChains[r.Chain])
+		pinned := in.LiveChains[r.Frame]
+		for _, k := range r.Chains {
+			pinned = pinned || in.LiveChains[k]
+		}
 		if pinned || newest <= in.Policy.KeepLastN || in.Now-r.FinishedAt <= in.Policy.OlderThan {
 			keep = min(keep, r.First)
 			kept++
@@ -173,15 +178,41 @@ type FinishedFrame struct {
 // RunsOf picks the runs out of the finished frames of a log (in finish
 // order): a finished frame is a run when it has no parent or its parent
 // did not finish.
+//
+// A run's Chains are the chain keys of every frame in it (see Run.Chains):
+// a link of a live chain can sit deep in a finished run (a resume whose
+// parent had finished makes the new link a root; the links before it stay
+// under that parent).
 func RunsOf(finished []FinishedFrame) []Run {
-	done := make(map[string]bool, len(finished))
+	parent := make(map[string]string, len(finished))
 	for _, f := range finished {
-		done[f.Frame] = true
+		parent[f.Frame] = f.Parent
+	}
+	runOf := func(id string) string { // the run a finished frame is in
+		for seen := 0; seen <= len(parent); seen++ {
+			p, ok := parent[id]
+			if !ok || p == "" {
+				return id
+			}
+			if _, done := parent[p]; !done {
+				return id
+			}
+			id = p
+		}
+		return id // a cycle in corrupted records: the frame stands alone
+	}
+	keys := map[string][]string{}
+	for _, f := range finished {
+		r := runOf(f.Frame)
+		keys[r] = append(keys[r], f.Frame)
+		if f.ChainRoot != "" && f.ChainRoot != f.Frame {
+			keys[r] = append(keys[r], f.ChainRoot)
+		}
 	}
 	var runs []Run
 	for _, f := range finished {
-		if f.Parent == "" || !done[f.Parent] {
-			runs = append(runs, Run{Frame: f.Frame, First: f.First, Last: f.Last, FinishedAt: f.FinishedAt, Chain: f.ChainRoot})
+		if _, done := parent[f.Parent]; f.Parent == "" || !done {
+			runs = append(runs, Run{Frame: f.Frame, First: f.First, Last: f.Last, FinishedAt: f.FinishedAt, Chains: keys[f.Frame]})
 		}
 	}
 	return runs

@@ -40,7 +40,7 @@ func TestPlanRetention(t *testing.T) {
 		{"a link of a live chain holds the rest (run d of chain a)", func() frames.RetentionInput {
 			i := in(frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete})
 			i.Runs = append([]frames.Run(nil), runs...)
-			i.Runs[3].Chain = "a"
+			i.Runs[3].Chains = []string{"d", "a"}
 			i.LiveChains = map[string]bool{"a": true}
 			return i
 		}(), 0, 0, 3}, // a (the chain's root), d and the last
@@ -52,7 +52,7 @@ func TestPlanRetention(t *testing.T) {
 		{"a finished chain goes like any run", func() frames.RetentionInput {
 			i := in(frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete})
 			i.Runs = append([]frames.Run(nil), runs...)
-			i.Runs[3].Chain = "a"
+			i.Runs[3].Chains = []string{"d", "a"}
 			i.LiveChains = map[string]bool{"z": true}
 			return i
 		}(), 90, 9, 1},
@@ -95,7 +95,8 @@ func TestRunsOf(t *testing.T) {
 		{Frame: "c", Parent: "r", First: 2, Last: 6, FinishedAt: 2}, // under the live root r: a run
 		{Frame: "x", First: 7, Last: 9, FinishedAt: 3},              // a root: a run
 	})
-	assert.Equal(t, []frames.Run{{Frame: "c", First: 2, Last: 6, FinishedAt: 2}, {Frame: "x", First: 7, Last: 9, FinishedAt: 3}}, runs)
+	assert.Equal(t, []frames.Run{{Frame: "c", First: 2, Last: 6, FinishedAt: 2, Chains: []string{"g", "c"}},
+		{Frame: "x", First: 7, Last: 9, FinishedAt: 3, Chains: []string{"x"}}}, runs, "each run names the frames in it")
 }
 
 // ApplyRetention records the removal; what it may name is checked.
@@ -139,4 +140,28 @@ func TestPlanRetentionNeverSplitsARequest(t *testing.T) {
 	plan, err = frames.PlanRetention(in)
 	require.NoError(t, err)
 	require.Equal(t, int64(5), plan.Through)
+}
+
+// A link deep in a finished run pins the run: a chain resumed as a new
+// root after its parent finished has its earlier links under that parent.
+func TestRunsOfCarriesTheChainsInside(t *testing.T) {
+	finished := []frames.FinishedFrame{
+		{Frame: "a", Parent: "p", First: 2, Last: 5, ChainRoot: "a"}, // continued to b
+		{Frame: "b", Parent: "p", First: 5, Last: 8, ChainRoot: "a"}, // finished; resumed later as a root
+		{Frame: "p", First: 1, Last: 9},
+		{Frame: "q", First: 10, Last: 11},
+	}
+	runs := frames.RunsOf(finished)
+	require.Len(t, runs, 2)
+	assert.Equal(t, "p", runs[0].Frame)
+	assert.Subset(t, runs[0].Chains, []string{"a", "b", "p"})
+	in := frames.RetentionInput{Policy: frames.RetentionPolicy{OnCompletion: frames.CompletionDelete}, Now: 1000, Head: 12, Runs: runs,
+		LiveChains: map[string]bool{"a": true}}
+	plan, err := frames.PlanRetention(in)
+	require.NoError(t, err)
+	assert.Zero(t, plan.Through, "the run holding a live chain's links stays, and all after it")
+	in.LiveChains = nil
+	plan, err = frames.PlanRetention(in)
+	require.NoError(t, err)
+	assert.Equal(t, int64(12), plan.Through, "everything, through the head")
 }

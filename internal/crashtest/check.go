@@ -182,8 +182,8 @@ type Stats struct {
 	// link before its head refused with frame_continued naming it;
 	// LinksAcked the links acknowledged replies reported, each found.
 	Chains, ChainLinks, ContinuedRefusals, LinksAcked int
-	// RemovedLinks are links whose first records retention removed: not
-	// read (GetChain from them is frame_not_found).
+	// RemovedLinks are finished links whose records retention removed,
+	// each answered by GetChain, with its tombstone.
 	RemovedLinks int
 	// Continuations and Resumes are the acknowledged ContinueFrame and
 	// ResumeChain requests, AutoContinued the acknowledged writes that
@@ -592,7 +592,7 @@ func checkContinuation(where, from string, evs []frames.Event, s *frames.State, 
 // after the link it continued. Links whose records retention removed are
 // not read from (they are not found; the other links list them: the
 // projection keeps chains).
-func checkChains(ctx context.Context, w *Storm, name string, st *frames.State, links []Link, removed func(id string) bool, stats *Stats) error {
+func checkChains(ctx context.Context, w *Storm, name string, st *frames.State, links []Link, removed, gone func(id string) bool, stats *Stats) error {
 	roots := make([]string, 0, len(st.Chains))
 	for r := range st.Chains {
 		roots = append(roots, r)
@@ -613,12 +613,14 @@ func checkChains(ctx context.Context, w *Storm, name string, st *frames.State, l
 		}
 		stats.Chains++
 		stats.ChainLinks += len(ids)
+		live := func(id string) bool { f := st.Frame(id); return f != nil && f.Status.Live() }
 		for _, id := range ids {
-			if removed(id) {
-				// Retention removed the link's records: it is not found
-				// (issue 12 asks for a tombstone; not built yet).
+			if gone(id) && !live(id) {
+				// Retention removed the finished link's records (while no
+				// link of its chain was live: the core refuses a cut into a
+				// live chain; a later resume makes it live again); its
+				// chain keeps a tombstone, checked below from every link.
 				stats.RemovedLinks++
-				continue
 			}
 			got, err := w.C.GetChain(ctx, &messages.GetChain{Header: messages.Header{Scope: name}, FrameID: id})
 			if err != nil {
@@ -627,6 +629,9 @@ func checkChains(ctx context.Context, w *Storm, name string, st *frames.State, l
 			gotIDs := make([]string, len(got.Links))
 			for i, l := range got.Links {
 				gotIDs[i] = l.FrameID
+				if gone(l.FrameID) && !live(l.FrameID) && l.Removed == nil {
+					return fmt.Errorf("scope %q: GetChain(%s): link %q of chain %q was removed and has no tombstone", name, id, l.FrameID, root)
+				}
 			}
 			if got.Root != root || got.Head != head || !slices.Equal(gotIDs, ids) {
 				return fmt.Errorf("scope %q: GetChain(%s) answered root %q head %q links %v; the replay's chain is %q → %q %v",
@@ -764,7 +769,8 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 			}
 		}
 		removed := func(id string) bool { sp, ok := spans[name][id]; return !ok || sp.First <= base }
-		if err := checkChains(ctx, w, name, all, side.Links(), removed, st); err != nil {
+		gone := func(id string) bool { sp, ok := spans[name][id]; return !ok || sp.Last <= base } // every record of it
+		if err := checkChains(ctx, w, name, all, side.Links(), removed, gone, st); err != nil {
 			return err
 		}
 	}

@@ -464,3 +464,29 @@ func TestContinuationBounds(t *testing.T) {
 	assert.Contains(t, links[0].Summary, "a goal that goes on")
 	assert.Contains(t, links[0].Summary, "…; continued at", "the long goal is cut, marked")
 }
+
+// A head whose records a recorded retention removes is not resumed: a
+// resume between a removal's record and its deletion would name a link
+// whose history is going (HeadEnd comes from the store's index). A head in
+// no chain is what the state cannot bury itself.
+func TestResumeChainOfARemovedHead(t *testing.T) {
+	w := chainWorld(t)
+	w.push("x", "root", 1_000)
+	w.add("x", "x1", frames.RoleUser, compaction.Medium, 10)
+	xHead := w.s.Frame("x").Clone()
+	w.must(&frames.PopFrame{Header: w.hdr(), FrameID: "x", Status: frames.StatusCompleted})
+	xHead.Status, xHead.CompletedAt = frames.StatusCompleted, w.now
+	end := w.s.Version // x's frame.popped
+	w.must(&frames.ApplyRetention{Header: w.hdr(), Through: end, Hash: strings.Repeat("ab", 32), Runs: 1, Why: "test"})
+	before := w.s.Version
+	resume := func(headEnd int64) error {
+		_, err := w.do(&frames.ResumeChain{Header: w.hdr(), ChainID: "x", Head: xHead, HeadEnd: headEnd, Message: "again", MessageID: "m",
+			With: w.with("c")})
+		return err
+	}
+	err := resume(end)
+	require.ErrorIs(t, err, frames.ErrFrameNotFound)
+	assert.Contains(t, err.Error(), "which retention removes")
+	assert.Equal(t, before, w.s.Version, "nothing written")
+	require.NoError(t, resume(end+1), "a head that ends after the cut resumes")
+}

@@ -589,7 +589,10 @@ func (f *fitter) summarize(covered itemView, maxTokens int64) (string, int64, er
 			hint.counts[bucket(f.items[f.member(k)].Priority)]--
 		}
 	}
-	return checkSummary(f.buf.x.summarize(covered, maxTokens, f.o.Counter, hint), nil, maxTokens, f.o.Counter)
+	// Extractive has counted its text under the counter, once: it is not
+	// counted again.
+	text, t := f.buf.x.summarize(covered, maxTokens, f.o.Counter, hint)
+	return checkCounted(text, t, maxTokens)
 }
 
 // summarize runs s and checks its contract.
@@ -606,7 +609,14 @@ func checkSummary(text string, err error, maxTokens int64, c Counter) (string, i
 	if text == "" {
 		return "", 0, nil
 	}
-	t := c.Count(text)
+	return checkCounted(text, c.Count(text), maxTokens)
+}
+
+// checkCounted checks a summary and its count t against maxTokens.
+func checkCounted(text string, t, maxTokens int64) (string, int64, error) {
+	if text == "" {
+		return "", 0, nil
+	}
 	if t < 0 {
 		return "", 0, fmt.Errorf("%w: counter returned %d for the summary", ErrNegativeTokens, t)
 	}

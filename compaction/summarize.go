@@ -48,9 +48,17 @@ type Summarizer interface {
 // the items not yet visited get nothing.
 //
 // Sentences end at a newline or at '.', '!' or '?' followed by whitespace.
-// Under EstimateCounter the packing is exact (it works in bytes); under
-// another counter it adds up the pieces' counts and, should the whole count
-// more, drops the lines that earned their space last until it fits.
+// Under EstimateCounter the packing is exact (it works in bytes). Under
+// another counter it packs bytes too, as many as a cheap prediction of the
+// tokens allows (calibrated on the items' own Tokens: nothing is counted
+// for it), and counts the finished text once; only if that count is over
+// the limit, or well under it, does it pack again to the density it
+// measured and count again, at most three counts in all (a BPE counter
+// costs about half a microsecond a token: counting each sentence and word
+// as they are packed cost a pack of 1,000 handles 120× its goal). Should
+// no count fit, it packs in tokens, adding up the pieces' counts, and drops
+// the lines that earned their space last until the whole fits. Whatever the
+// counter, the text returned has been counted whole under it and fits.
 type Extractive struct{}
 
 // minShareTokens is the least space an item is offered while space remains.
@@ -136,7 +144,8 @@ func (sn *sentence) isFact(s string) bool {
 // Summarize implements Summarizer.
 func (Extractive) Summarize(items []Item, maxTokens int64, c Counter) (string, error) {
 	var x extractor
-	return x.summarize(itemView{items: items}, maxTokens, c, nil), nil
+	text, _ := x.summarize(itemView{items: items}, maxTokens, c, nil)
+	return text, nil
 }
 
 // itemView is a list of items: items itself, or the items at idx (input
@@ -188,18 +197,244 @@ type orderHint struct {
 	counts [bucketCount]int32
 }
 
-func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *orderHint) string {
+// summarize writes the summary of items in at most maxTokens under c and
+// returns it with its count under c (0 for ""), which is over maxTokens or
+// negative only if c misbehaves (it is not deterministic, or negative).
+//
+// Under EstimateCounter (or a counter embedding it) the meter works in
+// bytes and is exact. Under any other counter the summary is built in
+// bytes too, against a byte budget chosen so that a cheap estimate of its
+// tokens (see units) fits, and then counted once; only if that count is
+// over does it shrink the budget and count again (see summarizeScaled),
+// falling back after a few counts to the exact, slow meter that counts
+// every piece. Whatever the path, the result is checked with one full
+// Count under c before it is returned.
+func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *orderHint) (string, int64) {
 	if c == nil {
 		c = EstimateCounter{}
 	}
 	if items.len() == 0 || maxTokens <= 0 {
-		return ""
+		return "", 0
 	}
 	header := "[summary of " + strconv.Itoa(items.len()) + " items]"
 	if t := c.Count(header); t < 0 || t > maxTokens {
-		return ""
+		return "", 0
 	}
-	m := newMeter(c, maxTokens)
+	if isEstimate(c) {
+		x.build(items, header, newByteMeter(maxTokens, satMul(maxTokens, 4), 4), hint)
+		return x.finish(header, maxTokens, c)
+	}
+	if text, t, ok := x.summarizeScaled(items, header, maxTokens, c, hint); ok {
+		return text, t
+	}
+	x.build(items, header, newTokenMeter(c, maxTokens), hint)
+	return x.finish(header, maxTokens, c)
+}
+
+// Bounds of summarizeScaled: the real counts it may make, the builds
+// between two counts, the headroom it leaves below the limit when it
+// rescales and the margin it adds to a density it has measured (both in
+// parts per thousand), and how much of the limit a first text that fits
+// must use for it not to try a larger one (in parts per thousand).
+const (
+	scaledCounts   = 3
+	scaledBuilds   = 4
+	scaledHeadroom = 20
+	scaledMeasured = 20
+	scaledEnough   = 800
+)
+
+// summarizeScaled builds the summary in bytes under a counter other than
+// the estimate. Tokens are predicted as k × units(text), where k, tokens
+// per unit, comes from the items' own Tokens (counted when they were
+// added: nothing is counted here) with a margin (see tokensPerUnit); the
+// byte budget is scaled until the prediction fits and the text is counted
+// once. Only if that count is over, or under scaledEnough of the limit, is
+// k recalibrated on the text itself and the whole repeated, at most
+// scaledCounts counts in all; the largest text that fitted is kept. ok is
+// false if no count fitted (or the counter returned a negative count):
+// the caller then takes the exact path.
+func (x *extractor) summarizeScaled(items itemView, header string, maxTokens int64, c Counter, hint *orderHint) (best string, bestTokens int64, ok bool) {
+	defer x.release()
+	k := tokensPerUnit(items)
+	limit := float64(maxTokens)
+	// Bytes: no BPE token is shorter than a byte, few are shorter than 4.
+	budget, per := satMul(maxTokens, 4), int64(4)
+	for range scaledCounts {
+		text := ""
+		for b := 0; ; b++ {
+			x.build(items, header, newByteMeter(maxTokens, budget, per), hint)
+			cand := joinSummary(header, x.lines, x.out)
+			if len(x.out) == 0 && text != "" {
+				break // shrunk past the last line: count the text before
+			}
+			text = cand
+			pred := k * float64(units(text))
+			if pred <= limit || b+1 == scaledBuilds || len(x.out) == 0 {
+				break
+			}
+			per = max(int64(float64(len(text))/pred+0.5), 1)
+			budget = scaleBytes(len(text), limit/pred)
+		}
+		if ok && text == best {
+			break // the same text again: the content ran out, not the room
+		}
+		t := c.Count(text)
+		if t < 0 {
+			break
+		}
+		if t <= maxTokens && (!ok || t > bestTokens) {
+			best, bestTokens, ok = text, t, true
+		}
+		if ok && bestTokens*1000 >= maxTokens*scaledEnough {
+			break
+		}
+		// Over, or well under: this text's own density is now known.
+		u := float64(max(units(text), 1))
+		k = float64(t) / u * (1000 + scaledMeasured) / 1000
+		per = max(int64(float64(len(text))/float64(max(t, 1))+0.5), 1)
+		budget = scaleBytes(len(text), limit/(k*u))
+		if t <= maxTokens {
+			budget = max(budget, int64(len(text))+1) // larger, or it is the same text
+		}
+	}
+	return best, bestTokens, ok
+}
+
+// scaleBytes returns n × f less scaledHeadroom‰, at least 0.
+func scaleBytes(n int, f float64) int64 {
+	b := float64(n) * f * (1000 - scaledHeadroom) / 1000
+	if b >= math.MaxInt64/2 {
+		return math.MaxInt64 / 2
+	}
+	return max(int64(b), 0)
+}
+
+// unitMargin is how much more densely a summary may tokenize than the
+// items it is cut from, per unit, before a first count comes out over (in
+// parts per thousand): fact sentences, ids and "…" marks run a few percent
+// denser than the prose around them.
+const unitMargin = 150
+
+// tokensSample bounds the items tokensPerUnit looks at: at most this many,
+// each of at most tokensSampleBytes.
+const (
+	tokensSample      = 16
+	tokensSampleBytes = 8 << 10
+)
+
+// tokensPerUnit estimates tokens per unit (see units) for text cut from
+// items, from up to tokensSample of them (spread over the list) whose
+// Tokens are known, plus unitMargin; 1 if none is known. Nothing is
+// counted.
+func tokensPerUnit(items itemView) float64 {
+	n := items.len()
+	step := max(n/tokensSample, 1)
+	var tokens, u int64
+	for k := 0; k < n; k += step {
+		it := items.at(k)
+		if it.Tokens <= 0 || len(it.Content) > tokensSampleBytes {
+			continue
+		}
+		tokens += it.Tokens
+		u += units(it.Content)
+	}
+	if tokens == 0 || u == 0 {
+		return 1
+	}
+	return float64(tokens) / float64(u) * (1000 + unitMargin) / 1000
+}
+
+// units is a cheap stand-in for a byte-level BPE's token count, used only
+// to predict one: it counts the pieces such tokenizers split text into
+// before merging (a run of ASCII letters, one token per 8 letters more; up
+// to three digits; a run of punctuation, one more per two; a run of
+// whitespace, but a single space before a word or punctuation is part of
+// it; a non-ASCII character). It is never more than len(s).
+func units(s string) int64 {
+	var u int64
+	for i := 0; i < len(s); {
+		c := s[i]
+		j := i + 1
+		switch cl := byteKind[c]; cl {
+		case bkLetter, bkDigit, bkPunct:
+			for j < len(s) && byteKind[s[j]] == cl {
+				j++
+			}
+			switch cl {
+			case bkLetter:
+				u += 1 + int64(j-i)/8
+			case bkDigit:
+				u += int64(j-i+2) / 3
+			default:
+				u += 1 + int64(j-i-1)/2
+			}
+		case bkSpace:
+			if c == ' ' && j < len(s) && byteKind[s[j]] != bkSpace {
+				break // a single space goes with what follows
+			}
+			for j < len(s) && byteKind[s[j]] == bkSpace {
+				j++
+			}
+			u++
+		default: // a non-ASCII character
+			for j < len(s) && s[j]&0xC0 == 0x80 {
+				j++
+			}
+			u++
+		}
+		i = j
+	}
+	return u
+}
+
+// Byte kinds for units.
+const (
+	bkOther = iota // non-ASCII
+	bkLetter
+	bkDigit
+	bkSpace
+	bkPunct
+)
+
+var byteKind = func() (t [256]uint8) {
+	for c := 0; c < 0x80; c++ {
+		t[c] = bkPunct
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = bkLetter, bkLetter
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = bkDigit
+	}
+	for _, c := range " \t\n\r\v\f" {
+		t[c] = bkSpace
+	}
+	return t
+}()
+
+// isEstimate reports whether c is EstimateCounter or embeds it (as the
+// tokenizer package's estimate does), so that it counts ceil(len/4). A
+// counter that embeds it yet counts otherwise costs time, never the
+// budget: the result is counted under c before it is returned.
+func isEstimate(c Counter) bool {
+	_, ok := c.(interface{ bytesDiv4() })
+	return ok
+}
+
+func (EstimateCounter) bytesDiv4() {}
+
+// satMul returns a × b, or MaxInt64 if that overflows (a, b ≥ 0).
+func satMul(a, b int64) int64 {
+	if b != 0 && a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// build fills x.lines and x.out (the lines to write, oldest first) with
+// the summary of items under meter m, header included in its budget.
+func (x *extractor) build(items itemView, header string, m *meter, hint *orderHint) {
 	left := m.budget - m.cost(header)
 	ord := newVisitOrder(items, hint)
 	minShare := minShareTokens * m.perToken
@@ -207,7 +442,7 @@ func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *
 	// Lines are written into one arena as pass 1 finishes each; a line
 	// that grows later moves out on its own.
 	arena := x.arena[:0]
-	if want := int(min(maxTokens, 1<<16)) * 4; cap(arena) < want {
+	if want := int(min(m.maxTokens, 1<<16)) * 4; cap(arena) < want {
 		arena = make([]byte, 0, want)
 	}
 	misses := 0               // items in a row that got nothing
@@ -273,11 +508,18 @@ func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *
 			return cmp.Compare(ia, ib)
 		})
 	}
+	x.lines, x.arena, x.out = lines, arena, out
+}
+
+// finish joins the lines build left and counts the text under c: should
+// it count more than maxTokens (the meter is exact for the estimate and
+// close for sub-additive tokenizers; the final count is the word), the
+// lines that earned their space last are dropped until it fits.
+func (x *extractor) finish(header string, maxTokens int64, c Counter) (string, int64) {
+	lines, out := x.lines, x.out
 	text := joinSummary(header, lines, out)
-	// The meter is exact for EstimateCounter and close for sub-additive
-	// tokenizers; the final count is the word. Drop the lines that earned
-	// their space last until it fits.
-	for c.Count(text) > maxTokens && len(out) > 0 {
+	t := c.Count(text)
+	for t > maxTokens && len(out) > 0 {
 		worst := 0
 		for k := range out {
 			if lines[out[k]].rank > lines[out[worst]].rank {
@@ -286,11 +528,17 @@ func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *
 		}
 		out = slices.Delete(out, worst, worst+1)
 		text = joinSummary(header, lines, out)
+		t = c.Count(text)
 	}
-	// Keep the buffers, dropping references to the items' memory.
-	clear(lines)
-	x.lines, x.arena, x.out = lines[:0], arena[:0], out[:0]
-	return text
+	x.out = out
+	x.release()
+	return text, t // t < 0 or > maxTokens: the caller reports the counter
+}
+
+// release keeps the buffers, dropping references to the items' memory.
+func (x *extractor) release() {
+	clear(x.lines)
+	x.lines, x.arena, x.out = x.lines[:0], x.arena[:0], x.out[:0]
 }
 
 func joinSummary(header string, lines []sumLine, out []int32) string {
@@ -313,28 +561,42 @@ func joinSummary(header string, lines []sumLine, out []int32) string {
 // packing is exact), tokens under any other counter, where the pieces'
 // counts are added up and the final text is recounted.
 type meter struct {
-	c        Counter
-	bytes    bool
-	budget   int64 // in working units
-	perToken int64 // working units per token
-	nl       int64 // cost of the newline between lines
-	sp       int64 // cost of the space between sentences
-	scanLeft int64 // bytes the summary may still scan
+	c         Counter
+	bytes     bool
+	budget    int64 // in working units
+	perToken  int64 // working units per token, about
+	maxTokens int64
+	nl        int64 // cost of the newline between lines
+	sp        int64 // cost of the space between sentences
+	scanLeft  int64 // bytes the summary may still scan
 }
 
-func newMeter(c Counter, maxTokens int64) *meter {
-	scan := int64(math.MaxInt64)
+func scanBudget(maxTokens int64) int64 {
 	if maxTokens <= (math.MaxInt64-scanSlack)/scanPerToken {
-		scan = maxTokens*scanPerToken + scanSlack
+		return maxTokens*scanPerToken + scanSlack
 	}
-	if _, ok := c.(EstimateCounter); ok {
-		b := int64(math.MaxInt64)
-		if maxTokens <= math.MaxInt64/4 {
-			b = maxTokens * 4
-		}
-		return &meter{c: c, bytes: true, budget: b, perToken: 4, nl: 1, sp: 1, scanLeft: scan}
+	return math.MaxInt64
+}
+
+// newMeter is the meter Summarize uses for c: in bytes under the estimate
+// (4 a token), in tokens otherwise.
+func newMeter(c Counter, maxTokens int64) *meter {
+	if isEstimate(c) {
+		return newByteMeter(maxTokens, satMul(maxTokens, 4), 4)
 	}
-	return &meter{c: c, budget: maxTokens, perToken: 1, nl: max(c.Count("\n"), 0), sp: max(c.Count(" "), 0), scanLeft: scan}
+	return newTokenMeter(c, maxTokens)
+}
+
+// newByteMeter measures in bytes, budget of them for a summary of at most
+// maxTokens tokens, at about per bytes a token (≥ 1).
+func newByteMeter(maxTokens, budget, per int64) *meter {
+	return &meter{bytes: true, budget: budget, perToken: per, maxTokens: maxTokens, nl: 1, sp: 1, scanLeft: scanBudget(maxTokens)}
+}
+
+// newTokenMeter measures in tokens under c, adding up the pieces' counts.
+func newTokenMeter(c Counter, maxTokens int64) *meter {
+	return &meter{c: c, budget: maxTokens, perToken: 1, maxTokens: maxTokens,
+		nl: max(c.Count("\n"), 0), sp: max(c.Count(" "), 0), scanLeft: scanBudget(maxTokens)}
 }
 
 func (m *meter) cost(s string) int64 {

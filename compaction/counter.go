@@ -30,3 +30,18 @@ type CounterFunc func(s string) int64
 
 // Count returns f(s).
 func (f CounterFunc) Count(s string) int64 { return f(s) }
+
+// LineAdditive is what a Counter may also implement to promise that its
+// counts add up over the lines of a summary: Count(a+b) equals
+// Count(a)+Count(b) whenever a ends in "\n" and b begins with "[". A
+// byte-level BPE whose pre-tokenizer never joins a newline to a following
+// "[" has it (OpenAI's o200k_base and cl100k_base do: no piece of theirs
+// runs from a newline into a bracket). Extractive then counts its summary
+// line by line and, within one Fitter, remembers the lines' counts from one
+// summary to the next under the counter's name, counting only lines it has
+// not seen: between two packs of a frame most lines of the summary are the
+// same. A summary's count stays exact.
+type LineAdditive interface {
+	Named
+	CountsAddOverLines()
+}

@@ -112,6 +112,7 @@ type buffers struct {
 	light               []lightEntry
 	covered             []int32
 	x                   extractor
+	verified            verifiedSet
 }
 
 // zeroed returns s resized to n, all zero, reusing its memory if it can.

@@ -188,6 +188,58 @@ type extractor struct {
 	arena []byte
 	out   []int32
 	words []word
+	known lineCounts
+}
+
+// lineCounts remembers the counts of summary lines under a LineAdditive
+// counter called name: those of the last summary (cur) and of this one
+// (next), so that it holds no more than two summaries' lines.
+type lineCounts struct {
+	name      string
+	cur, next map[string]int64
+}
+
+// count returns Count(text) under c: line by line, each line's count taken
+// from those remembered where it is known, if c is LineAdditive.
+func (x *extractor) count(c Counter, text string) int64 {
+	la, ok := c.(LineAdditive)
+	if !ok || la.Name() == "" {
+		return c.Count(text)
+	}
+	k := &x.known
+	if name := la.Name(); name != k.name {
+		clear(k.cur)
+		clear(k.next)
+		k.name = name
+	}
+	if k.next == nil {
+		k.next = map[string]int64{}
+	}
+	var total int64
+	for text != "" {
+		seg := text
+		if i := strings.Index(text, "\n["); i >= 0 {
+			seg = text[:i+1]
+		}
+		text = text[len(seg):]
+		n, hit := k.next[seg]
+		if !hit {
+			if n, hit = k.cur[seg]; !hit {
+				if n = c.Count(seg); n < 0 {
+					return n
+				}
+			}
+			k.next[seg] = n
+		}
+		total += n
+	}
+	return total
+}
+
+// rotate ends a summary: its lines are the ones the next may find.
+func (k *lineCounts) rotate() {
+	clear(k.cur)
+	k.cur, k.next = k.next, k.cur
 }
 
 // orderHint is what a caller may already know of the items to summarize:
@@ -217,7 +269,8 @@ func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *
 		return "", 0
 	}
 	header := "[summary of " + strconv.Itoa(items.len()) + " items]"
-	if t := c.Count(header); t < 0 || t > maxTokens {
+	defer x.known.rotate()
+	if t := x.count(c, header); t < 0 || t > maxTokens {
 		return "", 0
 	}
 	if isEstimate(c) {
@@ -279,7 +332,7 @@ func (x *extractor) summarizeScaled(items itemView, header string, maxTokens int
 		if ok && text == best {
 			break // the same text again: the content ran out, not the room
 		}
-		t := c.Count(text)
+		t := x.count(c, text)
 		if t < 0 {
 			break
 		}
@@ -518,7 +571,7 @@ func (x *extractor) build(items itemView, header string, m *meter, hint *orderHi
 func (x *extractor) finish(header string, maxTokens int64, c Counter) (string, int64) {
 	lines, out := x.lines, x.out
 	text := joinSummary(header, lines, out)
-	t := c.Count(text)
+	t := x.count(c, text)
 	for t > maxTokens && len(out) > 0 {
 		worst := 0
 		for k := range out {
@@ -528,7 +581,7 @@ func (x *extractor) finish(header string, maxTokens int64, c Counter) (string, i
 		}
 		out = slices.Delete(out, worst, worst+1)
 		text = joinSummary(header, lines, out)
-		t = c.Count(text)
+		t = x.count(c, text)
 	}
 	x.out = out
 	x.release()

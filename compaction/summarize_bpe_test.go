@@ -2,6 +2,7 @@ package compaction
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -191,4 +192,114 @@ func TestFitUnderBPELike(t *testing.T) {
 		require.LessOrEqual(t, res.Tokens, budget)
 	}
 	assert.LessOrEqual(t, cc.calls.Load(), int64(3*scaledCounts))
+}
+
+// namedCounter is countingCounter with a name (see Named).
+type namedCounter struct {
+	countingCounter
+	name string
+}
+
+func (n *namedCounter) Name() string { return n.name }
+
+// TestFitterRemembersVerifiedLight: a Fitter under a named counter counts
+// a kept item's Light content (to check its LightTokens) in the first
+// pack only; a later pack of the same items counts nothing but its
+// summary, and its Tokens are still the recount of what it emits. A
+// changed content, a wrong LightTokens, another counter name or a counter
+// without a name are counted again (and a wrong LightTokens is still
+// caught).
+func TestFitterRemembersVerifiedLight(t *testing.T) {
+	items := benchItemsUnder(1000, bpeLike) // trailing spaces: Light changes every content
+	opts := func(c Counter) FitOptions { return FitOptions{Counter: c, TrustIDs: true} }
+	named := &namedCounter{countingCounter{c: bpeLike, long: 64}, "bpe-like"}
+	var f Fitter
+	first, err := f.Fit(items, 8000, opts(named))
+	require.NoError(t, err)
+	require.Equal(t, LevelModerate, first.Level)
+	checkFit(t, items, 8000, opts(bpeLike), first)
+	kept := int64(len(first.Items) - 1)
+	require.Greater(t, named.calls.Load(), kept, "the first pack counts each kept Light content, and the summary")
+
+	named.calls.Store(0)
+	again, err := f.Fit(items, 8000, opts(named))
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	require.LessOrEqual(t, named.calls.Load(), int64(scaledCounts), "only the summary is counted")
+
+	// A changed content with the same id, and a wrong LightTokens, are
+	// counted again; the wrong one is caught.
+	changed := slices.Clone(items)
+	last := len(changed) - 1
+	changed[last].Content += " Extra words here. "
+	changed[last].Tokens = bpeLike.Count(changed[last].Content)
+	changed[last].LightTokens = LightTokens(changed[last].Content, bpeLike)
+	changed[last-1].LightTokens++
+	named.calls.Store(0)
+	res, err := f.Fit(changed, 8000, opts(named))
+	require.NoError(t, err)
+	checkFit(t, changed, 8000, opts(bpeLike), res)
+	require.Greater(t, named.calls.Load(), int64(2), "the changed and the wrong items are counted")
+
+	// Another name, or none: nothing is remembered.
+	other := &namedCounter{countingCounter{c: bpeLike, long: 64}, "other"}
+	anonymous := &countingCounter{c: bpeLike, long: 64}
+	for _, tc := range []struct {
+		c     Counter
+		calls *atomic.Int64
+	}{{other, &other.calls}, {anonymous, &anonymous.calls}, {other, &other.calls}} {
+		tc.calls.Store(0)
+		res, err := f.Fit(items, 8000, opts(tc.c))
+		require.NoError(t, err)
+		require.Equal(t, first, res)
+		require.Greater(t, tc.calls.Load(), kept, "counted again")
+	}
+}
+
+// lineCounter is a named bpeLike that promises LineAdditive, which bpeLike
+// keeps: a newline is a piece of its own and "[" begins one.
+type lineCounter struct{ namedCounter }
+
+func (*lineCounter) CountsAddOverLines() {}
+
+// TestFitterRemembersSummaryLines: under a LineAdditive counter the same
+// pack again counts nothing at all (its kept contents were checked, its
+// summary's lines are known), a pack after one more handle counts a few
+// lines, and both are the packs a counter without the promise gives,
+// their Tokens the recount of what they emit.
+func TestFitterRemembersSummaryLines(t *testing.T) {
+	items := benchItemsUnder(1000, bpeLike)
+	lc := &lineCounter{namedCounter{countingCounter{c: bpeLike, long: -1}, "bpe-like"}}
+	opts := FitOptions{Counter: lc, TrustIDs: true}
+	plain := FitOptions{Counter: bpeLike, TrustIDs: true}
+	var f Fitter
+	first, err := f.Fit(items, 8000, opts)
+	require.NoError(t, err)
+	want, err := Fit(items, 8000, plain)
+	require.NoError(t, err)
+	require.Equal(t, want, first)
+	summary := first.Items[slices.IndexFunc(first.Items, func(it Item) bool { return it.Kind == SummaryKind })].Content
+	lines := int64(strings.Count(summary, "\n"))
+	require.Greater(t, lines, int64(20))
+
+	lc.calls.Store(0)
+	again, err := f.Fit(items, 8000, opts)
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	require.Zero(t, lc.calls.Load(), "nothing counted: the same pack")
+
+	grown := append(slices.Clone(items), Item{ID: "new", Priority: Medium, Seq: 1001, Content: benchContent(1000)})
+	grown[len(grown)-1].Tokens = bpeLike.Count(grown[len(grown)-1].Content)
+	grown[len(grown)-1].LightTokens = LightTokens(grown[len(grown)-1].Content, bpeLike)
+	lc.calls.Store(0)
+	res, err := f.Fit(grown, 8000, opts)
+	require.NoError(t, err)
+	want, err = Fit(grown, 8000, plain)
+	require.NoError(t, err)
+	require.Equal(t, want, res)
+	checkFit(t, grown, 8000, plain, res)
+	require.NotEqual(t, summary, res.Items[slices.IndexFunc(res.Items, func(it Item) bool { return it.Kind == SummaryKind })].Content)
+	require.Positive(t, lc.calls.Load(), "the new lines are counted")
+	require.Less(t, lc.calls.Load()*4, lines, "a few lines counted, not the summary: %d calls", lc.calls.Load())
+	t.Logf("summary of %d lines; one handle later, %d counts", lines, lc.calls.Load())
 }

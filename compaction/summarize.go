@@ -49,16 +49,17 @@ type Summarizer interface {
 //
 // Sentences end at a newline or at '.', '!' or '?' followed by whitespace.
 // Under EstimateCounter the packing is exact (it works in bytes). Under
-// another counter it packs bytes too, as many as a cheap prediction of the
-// tokens allows (calibrated on the items' own Tokens: nothing is counted
-// for it), and counts the finished text once; only if that count is over
-// the limit, or well under it, does it pack again to the density it
-// measured and count again, at most three counts in all (a BPE counter
-// costs about half a microsecond a token: counting each sentence and word
-// as they are packed cost a pack of 1,000 handles 120× its goal). Should
-// no count fit, it packs in tokens, adding up the pieces' counts, and drops
-// the lines that earned their space last until the whole fits. Whatever the
-// counter, the text returned has been counted whole under it and fits.
+// another counter it packs to a cheap prediction of the tokens (the pieces
+// a byte-level BPE splits text into, at a rate calibrated on the items'
+// own Tokens: nothing is counted for it), and counts the finished text
+// once; only if that count is over the limit, or well under it, does it
+// pack again at the rate it measured and count again, at most three counts
+// in all (a BPE counter costs about half a microsecond a token: counting
+// each sentence and word as they were packed cost a pack of 1,000 handles
+// 120× its goal). Should no count fit, it packs in tokens, adding up the
+// pieces' counts, and drops the lines that earned their space last until
+// the whole fits. Whatever the counter, the text returned has been counted
+// whole under it (line by line under a LineAdditive counter) and fits.
 type Extractive struct{}
 
 // minShareTokens is the least space an item is offered while space remains.
@@ -254,13 +255,12 @@ type orderHint struct {
 // negative only if c misbehaves (it is not deterministic, or negative).
 //
 // Under EstimateCounter (or a counter embedding it) the meter works in
-// bytes and is exact. Under any other counter the summary is built in
-// bytes too, against a byte budget chosen so that a cheap estimate of its
-// tokens (see units) fits, and then counted once; only if that count is
-// over does it shrink the budget and count again (see summarizeScaled),
+// bytes and is exact. Under any other counter it works in predicted
+// tokens (see units) and the text is then counted; only if that count is
+// over, or well under, does it pack and count again (see summarizeScaled),
 // falling back after a few counts to the exact, slow meter that counts
-// every piece. Whatever the path, the result is checked with one full
-// Count under c before it is returned.
+// every piece. Whatever the path, the result is counted whole under c
+// before it is returned.
 func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *orderHint) (string, int64) {
 	if c == nil {
 		c = EstimateCounter{}
@@ -287,47 +287,48 @@ func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *
 // Bounds of summarizeScaled: the real counts it may make, the builds
 // between two counts, the headroom it leaves below the limit when it
 // rescales and the margin it adds to a density it has measured (both in
-// parts per thousand), and how much of the limit a first text that fits
-// must use for it not to try a larger one (in parts per thousand).
+// parts per thousand), and how much of the limit a text that fits must use
+// for it not to try a larger one (in parts per thousand).
 const (
 	scaledCounts   = 3
-	scaledBuilds   = 4
+	scaledBuilds   = 3
 	scaledHeadroom = 20
 	scaledMeasured = 20
 	scaledEnough   = 800
+	maxUnit        = 1 << 24
 )
 
-// summarizeScaled builds the summary in bytes under a counter other than
-// the estimate. Tokens are predicted as k × units(text), where k, tokens
-// per unit, comes from the items' own Tokens (counted when they were
-// added: nothing is counted here) with a margin (see tokensPerUnit); the
-// byte budget is scaled until the prediction fits and the text is counted
-// once. Only if that count is over, or under scaledEnough of the limit, is
-// k recalibrated on the text itself and the whole repeated, at most
-// scaledCounts counts in all; the largest text that fitted is kept. ok is
-// false if no count fitted (or the counter returned a negative count):
-// the caller then takes the exact path.
+// summarizeScaled builds the summary under a counter other than the
+// estimate with a meter that predicts tokens as k × units (see units),
+// where k, tokens per unit, comes from the items' own Tokens (counted when
+// they were added: nothing is counted here) with a margin (see
+// tokensPerUnit). The finished text is counted once. Only if that count is
+// over, or under scaledEnough of the limit, is k recalibrated on the text
+// itself and the whole repeated, at most scaledCounts counts in all; the
+// largest text that fitted is kept. ok is false if no count fitted (or the
+// counter returned a negative count): the caller then takes the exact
+// path.
 func (x *extractor) summarizeScaled(items itemView, header string, maxTokens int64, c Counter, hint *orderHint) (best string, bestTokens int64, ok bool) {
 	defer x.release()
 	k := tokensPerUnit(items)
 	limit := float64(maxTokens)
-	// Bytes: no BPE token is shorter than a byte, few are shorter than 4.
-	budget, per := satMul(maxTokens, 4), int64(4)
 	for range scaledCounts {
 		text := ""
+		kb := k
 		for b := 0; ; b++ {
-			x.build(items, header, newByteMeter(maxTokens, budget, per), hint)
+			x.build(items, header, newUnitMeter(maxTokens, milli(kb)), hint)
 			cand := joinSummary(header, x.lines, x.out)
 			if len(x.out) == 0 && text != "" {
 				break // shrunk past the last line: count the text before
 			}
 			text = cand
+			// The meter adds up pieces; the text as a whole may hold a
+			// few units more where pieces meet.
 			pred := k * float64(units(text))
 			if pred <= limit || b+1 == scaledBuilds || len(x.out) == 0 {
 				break
 			}
-			per = max(int64(float64(len(text))/pred+0.5), 1)
-			budget = scaleBytes(len(text), limit/pred)
+			kb *= pred / limit * (1000 + scaledHeadroom) / 1000
 		}
 		if ok && text == best {
 			break // the same text again: the content ran out, not the room
@@ -343,24 +344,22 @@ func (x *extractor) summarizeScaled(items itemView, header string, maxTokens int
 			break
 		}
 		// Over, or well under: this text's own density is now known.
-		u := float64(max(units(text), 1))
-		k = float64(t) / u * (1000 + scaledMeasured) / 1000
-		per = max(int64(float64(len(text))/float64(max(t, 1))+0.5), 1)
-		budget = scaleBytes(len(text), limit/(k*u))
-		if t <= maxTokens {
-			budget = max(budget, int64(len(text))+1) // larger, or it is the same text
+		next := float64(t) / float64(max(units(text), 1)) * (1000 + scaledMeasured) / 1000
+		if t > maxTokens {
+			next = max(next, k*float64(t)/limit*(1000+scaledHeadroom)/1000)
 		}
+		k = next
 	}
 	return best, bestTokens, ok
 }
 
-// scaleBytes returns n × f less scaledHeadroom‰, at least 0.
-func scaleBytes(n int, f float64) int64 {
-	b := float64(n) * f * (1000 - scaledHeadroom) / 1000
-	if b >= math.MaxInt64/2 {
-		return math.MaxInt64 / 2
+// milli returns k in thousandths, between 1 and maxUnit.
+func milli(k float64) int64 {
+	m := k * 1000
+	if !(m >= 1) { // NaN too
+		return 1
 	}
-	return max(int64(b), 0)
+	return int64(min(m+0.5, maxUnit))
 }
 
 // unitMargin is how much more densely a summary may tokenize than the
@@ -404,7 +403,7 @@ func tokensPerUnit(items itemView) float64 {
 // to three digits; a run of punctuation, one more per two; a run of
 // whitespace, but a single space before a word or punctuation is part of
 // it; a non-ASCII character). It is never more than len(s).
-func units(s string) int64 {
+func units[S ~string | ~[]byte](s S) int64 {
 	var u int64
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -616,6 +615,7 @@ func joinSummary(header string, lines []sumLine, out []int32) string {
 type meter struct {
 	c         Counter
 	bytes     bool
+	unit      int64 // > 0: the working unit is a predicted milli-token, unit a unit (see units)
 	budget    int64 // in working units
 	perToken  int64 // working units per token, about
 	maxTokens int64
@@ -646,6 +646,13 @@ func newByteMeter(maxTokens, budget, per int64) *meter {
 	return &meter{bytes: true, budget: budget, perToken: per, maxTokens: maxTokens, nl: 1, sp: 1, scanLeft: scanBudget(maxTokens)}
 }
 
+// newUnitMeter measures in predicted milli-tokens, unit of them a unit
+// (see units), for a summary of at most maxTokens tokens.
+func newUnitMeter(maxTokens, unit int64) *meter {
+	return &meter{unit: unit, budget: satMul(maxTokens, 1000), perToken: 1000, maxTokens: maxTokens,
+		nl: unit, sp: 0, scanLeft: scanBudget(maxTokens)}
+}
+
 // newTokenMeter measures in tokens under c, adding up the pieces' counts.
 func newTokenMeter(c Counter, maxTokens int64) *meter {
 	return &meter{c: c, budget: maxTokens, perToken: 1, maxTokens: maxTokens,
@@ -653,17 +660,35 @@ func newTokenMeter(c Counter, maxTokens int64) *meter {
 }
 
 func (m *meter) cost(s string) int64 {
-	if m.bytes {
+	switch {
+	case m.bytes:
 		return int64(len(s))
+	case m.unit > 0:
+		return units(s) * m.unit
 	}
 	return max(m.c.Count(s), 0)
 }
 
 func (m *meter) costBytes(b []byte) int64 {
-	if m.bytes {
+	switch {
+	case m.bytes:
 		return int64(len(b))
+	case m.unit > 0:
+		return units(b) * m.unit
 	}
 	return max(m.c.Count(string(b)), 0)
+}
+
+// openCost is what starting a line for it costs: "[" id "] " and the
+// newline.
+func (m *meter) openCost(it *Item) int64 {
+	switch {
+	case m.bytes:
+		return int64(len(it.ID)) + 3 + m.nl
+	case m.unit > 0:
+		return (units(it.ID)+2)*m.unit + m.nl
+	}
+	return max(m.c.Count("["+it.ID+"] "), 0) + m.nl
 }
 
 // window is how many bytes one fill of room working units looks ahead.
@@ -802,11 +827,7 @@ func (m *meter) fill(x *extractor, l *sumLine, it *Item, kind int, budget int64)
 		raw := s[sn.a:sn.b]
 		open := m.sp
 		if !l.started {
-			if m.bytes {
-				open = int64(len(it.ID)) + 3 + m.nl // "[" id "] " and the newline
-			} else {
-				open = max(m.c.Count("["+it.ID+"] "), 0) + m.nl
-			}
+			open = m.openCost(it)
 		}
 		if sn.clipped {
 			// Too long to take whole with this room: an empty line keeps
@@ -821,12 +842,7 @@ func (m *meter) fill(x *extractor, l *sumLine, it *Item, kind int, budget int64)
 		}
 		// What the sentence costs, known before copying unless whitespace
 		// must be collapsed.
-		cost := open
-		if m.bytes {
-			cost += int64(len(raw))
-		} else {
-			cost += max(m.c.Count(raw), 0)
-		}
+		cost := open + m.cost(raw)
 		if used+cost > budget && !(m.bytes && sn.isIrregular(s)) {
 			if l.started || kind == 1 {
 				return used

@@ -182,3 +182,59 @@ func TestCountsAddOverLinesRandom(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkFitBPE is AssembleContextPack's compaction step at 1,000
+// handles and a budget of 8,000 under each encoding, the handles counted
+// when added (Tokens and LightTokens), through one Fitter as the server
+// keeps one: "cold", a new Fitter every pack (every kept Light content
+// checked, every summary line counted: a frame's first pack); "same", the
+// same frame again (nothing counted); "turn", one handle more each pack,
+// the oldest leaving (what changes between two turns of an agent).
+// cpu-ns/op is the process's CPU time per pack, steadier than ns/op on a
+// shared machine.
+func BenchmarkFitBPE(b *testing.B) {
+	const n, window = 1000, 4000
+	for _, name := range []string{O200kBase, Cl100kBase} {
+		c := MustNew(name)
+		prios := []compaction.Priority{compaction.High, compaction.Medium, compaction.Medium, compaction.Low, compaction.Background}
+		all := make([]compaction.Item, n+window)
+		for i := range all {
+			s := fmt.Sprintf("Observation %d: the build of service-%d took %d.%d s on runner ci-%d. ", i, i%37, i%9+1, i%10, i%4) +
+				"The cache was warm and most of the time went into linking the final binary. " +
+				fmt.Sprintf("Logs for this run are kept in /var/log/build/%d.log for a week. ", i) +
+				"Nothing in the dependency graph changed since the previous run, so the difference comes from the runner itself. " +
+				"A second run on the same runner was about as slow, which rules out a cold disk. " +
+				"The team suspects the new virtualization layer, but nobody has measured it yet. " +
+				"Until then the slow runners stay in the pool, with a note on the dashboard. " +
+				strings.Repeat("More details follow in the attached report. ", 3)
+			all[i] = compaction.Item{ID: fmt.Sprintf("%016x%016x", uint64(i)*0x9e3779b97f4a7c15, uint64(i+1)*0xbf58476d1ce4e5b9),
+				Priority: prios[i%len(prios)], Seq: int64(i + 1), Content: s, Tokens: c.Count(s), LightTokens: compaction.LightTokens(s, c)}
+		}
+		opts := compaction.FitOptions{Counter: c, TrustIDs: true}
+		for _, mode := range []string{"cold", "same", "turn"} {
+			b.Run(name+"/"+mode, func(b *testing.B) {
+				var f compaction.Fitter
+				k := 0
+				b.ReportAllocs()
+				start := cpuTime()
+				for b.Loop() {
+					if mode == "cold" {
+						f = compaction.Fitter{}
+					}
+					items := all[:n]
+					if mode == "turn" {
+						k = (k + 1) % window
+						items = all[k : k+n]
+					}
+					res, err := f.Fit(items, 8000, opts)
+					if err != nil || res.Tokens > 8000 || res.Level != compaction.LevelModerate {
+						b.Fatal(err, res.Tokens, res.Level)
+					}
+				}
+				if d := cpuTime() - start; d > 0 {
+					b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "cpu-ns/op")
+				}
+			})
+		}
+	}
+}

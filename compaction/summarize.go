@@ -369,10 +369,12 @@ func milli(k float64) int64 {
 const unitMargin = 150
 
 // tokensSample bounds the items tokensPerUnit looks at: at most this many,
-// each of at most tokensSampleBytes.
+// each of at most tokensSampleBytes, until it has seen tokensSampleTotal
+// bytes.
 const (
-	tokensSample      = 16
+	tokensSample      = 8
 	tokensSampleBytes = 8 << 10
+	tokensSampleTotal = 4 << 10
 )
 
 // tokensPerUnit estimates tokens per unit (see units) for text cut from
@@ -383,13 +385,15 @@ func tokensPerUnit(items itemView) float64 {
 	n := items.len()
 	step := max(n/tokensSample, 1)
 	var tokens, u int64
-	for k := 0; k < n; k += step {
+	seen := 0
+	for k := 0; k < n && seen < tokensSampleTotal; k += step {
 		it := items.at(k)
 		if it.Tokens <= 0 || len(it.Content) > tokensSampleBytes {
 			continue
 		}
 		tokens += it.Tokens
 		u += units(it.Content)
+		seen += len(it.Content)
 	}
 	if tokens == 0 || u == 0 {
 		return 1

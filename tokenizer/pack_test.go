@@ -100,6 +100,16 @@ func TestPacksUnderBPE(t *testing.T) {
 				again, err := f.Fit(items, budget, opts)
 				require.NoError(t, err)
 				require.Equal(t, res, again, "deterministic")
+				// Counted whole (the counter without its LineAdditive
+				// promise), the summary is counted at most three times,
+				// almost always once, and the pack is the same.
+				whole := &wholeCounts{c: c}
+				var g compaction.Fitter
+				res, err = g.Fit(items, budget, compaction.FitOptions{Counter: whole, TrustIDs: true})
+				require.NoError(t, err)
+				require.Equal(t, again, res)
+				require.LessOrEqual(t, whole.summaries, 3)
+				t.Logf("summary counted %d times", whole.summaries)
 				t.Logf("level %v, %d of %d tokens, %d items", res.Level, res.Tokens, budget, len(res.Items))
 			})
 		}
@@ -237,4 +247,18 @@ func BenchmarkFitBPE(b *testing.B) {
 			})
 		}
 	}
+}
+
+// wholeCounts is a counter without the LineAdditive promise that counts
+// its calls on summaries.
+type wholeCounts struct {
+	c         Counter
+	summaries int
+}
+
+func (w *wholeCounts) Count(s string) int64 {
+	if strings.HasPrefix(s, "[summary of ") && strings.Contains(s, "\n") {
+		w.summaries++
+	}
+	return w.c.Count(s)
 }

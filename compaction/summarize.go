@@ -948,6 +948,7 @@ func b2i(b bool) int64 {
 type word struct {
 	s    string
 	fact bool
+	u    int64 // units(s), under a unit meter
 }
 
 // appendTruncated appends a shortened form of a sentence too long for its
@@ -969,7 +970,11 @@ func (x *extractor) appendTruncated(buf []byte, sentence string, left int64, m *
 		}
 		if j > i {
 			fact := hasFact(sentence[i:j])
-			words = append(words, word{sentence[i:j], fact})
+			var u int64
+			if m.unit > 0 {
+				u = units(sentence[i:j])
+			}
+			words = append(words, word{sentence[i:j], fact, u})
 			if !fact {
 				nonFacts++
 			}
@@ -980,8 +985,12 @@ func (x *extractor) appendTruncated(buf []byte, sentence string, left int64, m *
 	mark := len(buf)
 	// build appends the words kept when the first k non-fact words are, and
 	// at most maxFacts fact words; it reports whether the result fits.
+	// Under a unit meter the cost is added up as the words are: a word
+	// after a space begins its own pieces, so units add over words, and
+	// each "…" is one unit.
 	build := func(k, maxFacts int) bool {
 		buf = buf[:mark]
+		var u int64
 		seenNon, seenFacts, gap := 0, 0, false
 		for _, w := range words {
 			keep := false
@@ -1002,14 +1011,20 @@ func (x *extractor) appendTruncated(buf []byte, sentence string, left int64, m *
 			if gap {
 				buf = append(buf, "… "...)
 				gap = false
+				u++
 			}
 			buf = append(buf, w.s...)
+			u += w.u
 		}
 		if len(buf) == mark {
 			return false // nothing kept
 		}
 		if gap || clipped {
 			buf = append(buf, " …"...)
+			u++
+		}
+		if m.unit > 0 {
+			return u*m.unit <= left
 		}
 		return m.costBytes(buf[mark:]) <= left
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 )
 
 // bpeLike counts roughly the way a byte-level BPE does, without being one:
@@ -304,4 +305,21 @@ func TestFitterRemembersSummaryLines(t *testing.T) {
 	require.Positive(t, lc.calls.Load(), "the new lines are counted")
 	require.Less(t, lc.calls.Load()*4, lines, "a few lines counted, not the summary: %d calls", lc.calls.Load())
 	t.Logf("summary of %d lines; one handle later, %d counts", lines, lc.calls.Load())
+}
+
+// TestAppendTruncatedUnits: under a unit meter a shortened sentence adds
+// up its words' units instead of scanning what it built; the sum must be
+// the units of the text, so the text never costs more than it was given.
+func TestAppendTruncatedUnits(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		sentence := genContent(t)
+		left := rapid.Int64Range(0, 40_000).Draw(t, "left")
+		clipped := rapid.Bool().Draw(t, "clipped")
+		m := newUnitMeter(100, rapid.Int64Range(1, 3000).Draw(t, "unit"))
+		var x extractor
+		buf := x.appendTruncated(nil, sentence, left, m, clipped)
+		if len(buf) > 0 {
+			require.LessOrEqual(t, units(buf)*m.unit, left, "%q", buf)
+		}
+	})
 }

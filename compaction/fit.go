@@ -419,16 +419,6 @@ func (f *fitter) emit(i int32) (string, int64, error) {
 	return e.content, e.tokens, nil
 }
 
-// Named is what a Counter may also implement to say which counter it is.
-// Two counters of one name must count alike: a Fitter then remembers, from
-// one Fit to the next under that name, the Light contents it has counted
-// to check their LightTokens, and does not count them again (the check
-// of a pack's recorded sizes stays exact; only its repetition goes). The
-// tokenizer package's counters implement it.
-type Named interface {
-	Name() string
-}
-
 // verifiedLight is an item whose LightTokens a recount confirmed: Light
 // made normal of content, and normal counts light.
 type verifiedLight struct {

@@ -3,6 +3,7 @@ package compaction
 import (
 	"cmp"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -310,8 +311,9 @@ const (
 // path.
 func (x *extractor) summarizeScaled(items itemView, header string, maxTokens int64, c Counter, hint *orderHint) (best string, bestTokens int64, ok bool) {
 	defer x.release()
+	// Rates are integers (millionths of a token a unit), so that the text
+	// is the same on every platform (floating point may be fused).
 	k := tokensPerUnit(items)
-	limit := float64(maxTokens)
 	for range scaledCounts {
 		text := ""
 		kb := k
@@ -324,11 +326,11 @@ func (x *extractor) summarizeScaled(items itemView, header string, maxTokens int
 			text = cand
 			// The meter adds up pieces; the text as a whole may hold a
 			// few units more where pieces meet.
-			pred := k * float64(units(text))
-			if pred <= limit || b+1 == scaledBuilds || len(x.out) == 0 {
+			pred := predict(k, units(text))
+			if pred <= maxTokens || b+1 == scaledBuilds || len(x.out) == 0 {
 				break
 			}
-			kb *= pred / limit * (1000 + scaledHeadroom) / 1000
+			kb = mulDiv(mulDiv(kb, pred, maxTokens), 1000+scaledHeadroom, 1000)
 		}
 		if ok && text == best {
 			break // the same text again: the content ran out, not the room
@@ -340,26 +342,52 @@ func (x *extractor) summarizeScaled(items itemView, header string, maxTokens int
 		if t <= maxTokens && (!ok || t > bestTokens) {
 			best, bestTokens, ok = text, t, true
 		}
-		if ok && bestTokens*1000 >= maxTokens*scaledEnough {
+		if ok && bestTokens >= mulDiv(maxTokens, scaledEnough, 1000) {
 			break
 		}
 		// Over, or well under: this text's own density is now known.
-		next := float64(t) / float64(max(units(text), 1)) * (1000 + scaledMeasured) / 1000
+		next := mulDiv(t, 1000*(1000+scaledMeasured), max(units(text), 1))
 		if t > maxTokens {
-			next = max(next, k*float64(t)/limit*(1000+scaledHeadroom)/1000)
+			next = max(next, mulDiv(mulDiv(k, t, maxTokens), 1000+scaledHeadroom, 1000))
 		}
 		k = next
 	}
 	return best, bestTokens, ok
 }
 
-// milli returns k in thousandths, between 1 and maxUnit.
-func milli(k float64) int64 {
-	m := k * 1000
-	if !(m >= 1) { // NaN too
-		return 1
+// milli returns k, in millionths, in thousandths rounded up, between 1 and
+// maxUnit.
+func milli(k int64) int64 {
+	m := k / 1000
+	if k%1000 != 0 {
+		m++
 	}
-	return int64(min(m+0.5, maxUnit))
+	return min(max(m, 1), maxUnit)
+}
+
+// predict returns the tokens u units make at k millionths of a token a
+// unit, rounded up, or MaxInt64 (k, u ≥ 0).
+func predict(k, u int64) int64 {
+	hi, lo := bits.Mul64(uint64(k), uint64(u))
+	if hi >= 1_000_000 {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, 1_000_000)
+	if r > 0 {
+		q++
+	}
+	return int64(min(q, math.MaxInt64))
+}
+
+// mulDiv returns a × b ÷ c, rounded down, or MaxInt64 if that is larger
+// (a, b ≥ 0, c > 0).
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(min(q, math.MaxInt64))
 }
 
 // unitMargin is how much more densely a summary may tokenize than the
@@ -377,11 +405,11 @@ const (
 	tokensSampleTotal = 4 << 10
 )
 
-// tokensPerUnit estimates tokens per unit (see units) for text cut from
-// items, from up to tokensSample of them (spread over the list) whose
-// Tokens are known, plus unitMargin; 1 if none is known. Nothing is
-// counted.
-func tokensPerUnit(items itemView) float64 {
+// tokensPerUnit estimates tokens per unit (see units), in millionths, for
+// text cut from items, from up to tokensSample of them (spread over the
+// list) whose Tokens are known, plus unitMargin; one token a unit if none
+// is known. Nothing is counted.
+func tokensPerUnit(items itemView) int64 {
 	n := items.len()
 	step := max(n/tokensSample, 1)
 	var tokens, u int64
@@ -391,14 +419,22 @@ func tokensPerUnit(items itemView) float64 {
 		if it.Tokens <= 0 || len(it.Content) > tokensSampleBytes {
 			continue
 		}
-		tokens += it.Tokens
+		tokens = satAdd(tokens, it.Tokens)
 		u += units(it.Content)
 		seen += len(it.Content)
 	}
 	if tokens == 0 || u == 0 {
-		return 1
+		return 1_000_000
 	}
-	return float64(tokens) / float64(u) * (1000 + unitMargin) / 1000
+	return mulDiv(tokens, 1000*(1000+unitMargin), u)
+}
+
+// satAdd returns a + b, or MaxInt64 if that overflows (a, b ≥ 0).
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // units is a cheap stand-in for a byte-level BPE's token count, used only

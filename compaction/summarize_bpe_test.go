@@ -2,6 +2,7 @@ package compaction
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -322,4 +323,16 @@ func TestAppendTruncatedUnits(t *testing.T) {
 			require.LessOrEqual(t, units(buf)*m.unit, left, "%q", buf)
 		}
 	})
+}
+
+func TestScaledArithmetic(t *testing.T) {
+	require.Equal(t, int64(3), predict(2_500_000, 1), "rounded up")
+	require.Equal(t, int64(5), predict(2_500_000, 2))
+	require.Equal(t, int64(math.MaxInt64), predict(math.MaxInt64, math.MaxInt64), "saturates")
+	require.Equal(t, int64(6), mulDiv(4, 3, 2))
+	require.Equal(t, int64(math.MaxInt64), mulDiv(math.MaxInt64, 4, 2), "saturates")
+	require.Equal(t, int64(1), milli(0))
+	require.Equal(t, int64(2), milli(1001))
+	require.Equal(t, int64(maxUnit), milli(math.MaxInt64))
+	require.Equal(t, int64(1_000_000), tokensPerUnit(itemView{items: []Item{{Content: "no tokens known"}}}))
 }

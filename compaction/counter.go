@@ -30,3 +30,28 @@ type CounterFunc func(s string) int64
 
 // Count returns f(s).
 func (f CounterFunc) Count(s string) int64 { return f(s) }
+
+// Named is what a Counter may also implement to say which counter it is.
+// Two counters of one name must count alike: a Fitter then remembers, from
+// one Fit to the next under that name, the Light contents it has counted
+// to check their LightTokens, and does not count them again (the check
+// of a pack's recorded sizes stays exact; only its repetition goes). The
+// tokenizer package's counters implement it.
+type Named interface {
+	Name() string
+}
+
+// LineAdditive is what a Counter may also implement to promise that its
+// counts add up over the lines of a summary: Count(a+b) equals
+// Count(a)+Count(b) whenever a ends in "\n" and b begins with "[". A
+// byte-level BPE whose pre-tokenizer never joins a newline to a following
+// "[" has it (OpenAI's o200k_base and cl100k_base do: no piece of theirs
+// runs from a newline into a bracket). Extractive then counts its summary
+// line by line and, within one Fitter, remembers the lines' counts from one
+// summary to the next under the counter's name, counting only lines it has
+// not seen: between two packs of a frame most lines of the summary are the
+// same. A summary's count stays exact.
+type LineAdditive interface {
+	Named
+	CountsAddOverLines()
+}

@@ -239,10 +239,14 @@ func fit(items []Item, budget int64, opts FitOptions, b *buffers) (res FitResult
 		}
 		return res, nil
 	}
+	b.verified.start(o.Counter)
 	res, err = newFitter(p, o, budget, true).run()
 	if err == errDistrust {
 		// A LightTokens disagreed with a recount: start over, counting.
 		res, err = newFitter(p, o, budget, false).run()
+	}
+	if err == nil {
+		b.verified.done()
 	}
 	return res, err
 }
@@ -393,7 +397,13 @@ func (f *fitter) lightOf(i int32) (int64, error) {
 func (f *fitter) emit(i int32) (string, int64, error) {
 	e := &f.light[f.lightAt[i]-1]
 	if !e.ready {
-		s, changed := normalizeSpace(f.items[i].Content)
+		it := &f.items[i]
+		if v, ok := f.buf.verified.get(it); ok && v.light == e.tokens {
+			e.content, e.ready = v.normal, true
+			f.buf.verified.keep(it, v)
+			return e.content, e.tokens, nil
+		}
+		s, changed := normalizeSpace(it.Content)
 		t := f.tokens(i)
 		if changed {
 			t = f.o.Counter.Count(s)
@@ -402,8 +412,74 @@ func (f *fitter) emit(i int32) (string, int64, error) {
 			return "", 0, errDistrust
 		}
 		e.content, e.ready = s, true
+		if changed {
+			f.buf.verified.keep(it, verifiedLight{content: it.Content, normal: s, light: t})
+		}
 	}
 	return e.content, e.tokens, nil
+}
+
+// verifiedLight is an item whose LightTokens a recount confirmed: Light
+// made normal of content, and normal counts light.
+type verifiedLight struct {
+	content, normal string
+	light           int64
+}
+
+// verifiedSet holds the items a Fitter's last Fit (cur) and its current
+// one (next) confirmed, by id, under the counter called name. An entry
+// matches only the same content (compared whole: the same string in
+// memory compares in O(1)); each Fit keeps what it emitted, so the set
+// holds no more than two packs' worth.
+type verifiedSet struct {
+	name      string
+	cur, next map[string]verifiedLight
+}
+
+// start begins a Fit under c: nothing is remembered for a counter without
+// a name, or across a change of name.
+func (v *verifiedSet) start(c Counter) {
+	n, ok := c.(Named)
+	name := ""
+	if ok {
+		name = n.Name()
+	}
+	if !ok || name == "" || name != v.name {
+		clear(v.cur)
+		v.name = name
+	}
+	clear(v.next) // left by a Fit that failed
+}
+
+func (v *verifiedSet) get(it *Item) (verifiedLight, bool) {
+	if v.name == "" {
+		return verifiedLight{}, false
+	}
+	e, ok := v.cur[it.ID]
+	if !ok || e.content != it.Content {
+		return verifiedLight{}, false
+	}
+	return e, true
+}
+
+func (v *verifiedSet) keep(it *Item, e verifiedLight) {
+	if v.name == "" {
+		return
+	}
+	if v.next == nil {
+		v.next = map[string]verifiedLight{}
+	}
+	v.next[it.ID] = e
+}
+
+// done ends a Fit that succeeded: what it confirmed is what the next Fit
+// may trust.
+func (v *verifiedSet) done() {
+	if v.name == "" {
+		return
+	}
+	clear(v.cur)
+	v.cur, v.next = v.next, v.cur
 }
 
 // unitLight returns the Light tokens of unit u, stopping early (and
@@ -589,7 +665,10 @@ func (f *fitter) summarize(covered itemView, maxTokens int64) (string, int64, er
 			hint.counts[bucket(f.items[f.member(k)].Priority)]--
 		}
 	}
-	return checkSummary(f.buf.x.summarize(covered, maxTokens, f.o.Counter, hint), nil, maxTokens, f.o.Counter)
+	// Extractive has counted its text under the counter, once: it is not
+	// counted again.
+	text, t := f.buf.x.summarize(covered, maxTokens, f.o.Counter, hint)
+	return checkCounted(text, t, maxTokens)
 }
 
 // summarize runs s and checks its contract.
@@ -606,7 +685,14 @@ func checkSummary(text string, err error, maxTokens int64, c Counter) (string, i
 	if text == "" {
 		return "", 0, nil
 	}
-	t := c.Count(text)
+	return checkCounted(text, c.Count(text), maxTokens)
+}
+
+// checkCounted checks a summary and its count t against maxTokens.
+func checkCounted(text string, t, maxTokens int64) (string, int64, error) {
+	if text == "" {
+		return "", 0, nil
+	}
 	if t < 0 {
 		return "", 0, fmt.Errorf("%w: counter returned %d for the summary", ErrNegativeTokens, t)
 	}

@@ -49,10 +49,11 @@ type Item struct {
 	// LightTokens(Content, counter) returns, recorded when a handle is added
 	// so that a pack can decide whether Light content fits by adding numbers
 	// instead of normalising and counting contents it will not emit. 0 means
-	// "compute it". Fit recounts every content it emits; if an emitted
-	// content's recount disagrees with its LightTokens, Fit assembles the
-	// pack again trusting no LightTokens at all, so a wrong value costs time,
-	// never the budget. Compact ignores it. Items returned by Fit keep it
+	// "compute it". Fit recounts every content it emits (a Fitter under a
+	// Named counter once per id, content and value: see Named); if an
+	// emitted content's recount disagrees with its LightTokens, Fit
+	// assembles the pack again trusting no LightTokens at all, so a wrong
+	// value costs time, never the budget. Compact ignores it. Items returned by Fit keep it
 	// where their Content is the input's, and have 0 where it was changed.
 	LightTokens int64
 }
@@ -112,6 +113,7 @@ type buffers struct {
 	light               []lightEntry
 	covered             []int32
 	x                   extractor
+	verified            verifiedSet
 }
 
 // zeroed returns s resized to n, all zero, reusing its memory if it can.

@@ -22,6 +22,7 @@ var counters = []Counter{
 	CounterFunc(func(s string) int64 { return int64(len(strings.Fields(s))) }),
 	// Lumpy: not monotone in length, so trimming can raise a count.
 	CounterFunc(func(s string) int64 { return int64(len(s)/3 + len(s)%5) }),
+	bpeLike,
 }
 
 func genContent(t *rapid.T) string {

@@ -3,6 +3,7 @@ package compaction
 import (
 	"cmp"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,9 +49,18 @@ type Summarizer interface {
 // the items not yet visited get nothing.
 //
 // Sentences end at a newline or at '.', '!' or '?' followed by whitespace.
-// Under EstimateCounter the packing is exact (it works in bytes); under
-// another counter it adds up the pieces' counts and, should the whole count
-// more, drops the lines that earned their space last until it fits.
+// Under EstimateCounter the packing is exact (it works in bytes). Under
+// another counter it packs to a cheap prediction of the tokens (the pieces
+// a byte-level BPE splits text into, at a rate calibrated on the items'
+// own Tokens: nothing is counted for it), and counts the finished text
+// once; only if that count is over the limit, or well under it, does it
+// pack again at the rate it measured and count again, at most three counts
+// in all (a BPE counter costs about half a microsecond a token: counting
+// each sentence and word as they were packed cost a pack of 1,000 handles
+// 120× its goal). Should no count fit, it packs in tokens, adding up the
+// pieces' counts, and drops the lines that earned their space last until
+// the whole fits. Whatever the counter, the text returned has been counted
+// whole under it (line by line under a LineAdditive counter) and fits.
 type Extractive struct{}
 
 // minShareTokens is the least space an item is offered while space remains.
@@ -136,7 +146,8 @@ func (sn *sentence) isFact(s string) bool {
 // Summarize implements Summarizer.
 func (Extractive) Summarize(items []Item, maxTokens int64, c Counter) (string, error) {
 	var x extractor
-	return x.summarize(itemView{items: items}, maxTokens, c, nil), nil
+	text, _ := x.summarize(itemView{items: items}, maxTokens, c, nil)
+	return text, nil
 }
 
 // itemView is a list of items: items itself, or the items at idx (input
@@ -179,6 +190,58 @@ type extractor struct {
 	arena []byte
 	out   []int32
 	words []word
+	known lineCounts
+}
+
+// lineCounts remembers the counts of summary lines under a LineAdditive
+// counter called name: those of the last summary (cur) and of this one
+// (next), so that it holds no more than two summaries' lines.
+type lineCounts struct {
+	name      string
+	cur, next map[string]int64
+}
+
+// count returns Count(text) under c: line by line, each line's count taken
+// from those remembered where it is known, if c is LineAdditive.
+func (x *extractor) count(c Counter, text string) int64 {
+	la, ok := c.(LineAdditive)
+	if !ok || la.Name() == "" {
+		return c.Count(text)
+	}
+	k := &x.known
+	if name := la.Name(); name != k.name {
+		clear(k.cur)
+		clear(k.next)
+		k.name = name
+	}
+	if k.next == nil {
+		k.next = map[string]int64{}
+	}
+	var total int64
+	for text != "" {
+		seg := text
+		if i := strings.Index(text, "\n["); i >= 0 {
+			seg = text[:i+1]
+		}
+		text = text[len(seg):]
+		n, hit := k.next[seg]
+		if !hit {
+			if n, hit = k.cur[seg]; !hit {
+				if n = c.Count(seg); n < 0 {
+					return n
+				}
+			}
+			k.next[seg] = n
+		}
+		total += n
+	}
+	return total
+}
+
+// rotate ends a summary: its lines are the ones the next may find.
+func (k *lineCounts) rotate() {
+	clear(k.cur)
+	k.cur, k.next = k.next, k.cur
 }
 
 // orderHint is what a caller may already know of the items to summarize:
@@ -188,18 +251,282 @@ type orderHint struct {
 	counts [bucketCount]int32
 }
 
-func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *orderHint) string {
+// summarize writes the summary of items in at most maxTokens under c and
+// returns it with its count under c (0 for ""), which is over maxTokens or
+// negative only if c misbehaves (it is not deterministic, or negative).
+//
+// Under EstimateCounter (or a counter embedding it) the meter works in
+// bytes and is exact. Under any other counter it works in predicted
+// tokens (see units) and the text is then counted; only if that count is
+// over, or well under, does it pack and count again (see summarizeScaled),
+// falling back after a few counts to the exact, slow meter that counts
+// every piece. Whatever the path, the result is counted whole under c
+// before it is returned.
+func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *orderHint) (string, int64) {
 	if c == nil {
 		c = EstimateCounter{}
 	}
 	if items.len() == 0 || maxTokens <= 0 {
-		return ""
+		return "", 0
 	}
 	header := "[summary of " + strconv.Itoa(items.len()) + " items]"
-	if t := c.Count(header); t < 0 || t > maxTokens {
-		return ""
+	defer x.known.rotate()
+	if t := x.count(c, header); t < 0 || t > maxTokens {
+		return "", 0
 	}
-	m := newMeter(c, maxTokens)
+	if isEstimate(c) {
+		x.build(items, header, newByteMeter(maxTokens, satMul(maxTokens, 4), 4), hint)
+		return x.finish(header, maxTokens, c)
+	}
+	if text, t, ok := x.summarizeScaled(items, header, maxTokens, c, hint); ok {
+		return text, t
+	}
+	x.build(items, header, newTokenMeter(c, maxTokens), hint)
+	return x.finish(header, maxTokens, c)
+}
+
+// Bounds of summarizeScaled: the real counts it may make, the builds
+// between two counts, the headroom it leaves below the limit when it
+// rescales and the margin it adds to a density it has measured (both in
+// parts per thousand), and how much of the limit a text that fits must use
+// for it not to try a larger one (in parts per thousand).
+const (
+	scaledCounts   = 3
+	scaledBuilds   = 3
+	scaledHeadroom = 20
+	scaledMeasured = 20
+	scaledEnough   = 800
+	maxUnit        = 1 << 24
+)
+
+// summarizeScaled builds the summary under a counter other than the
+// estimate with a meter that predicts tokens as k × units (see units),
+// where k, tokens per unit, comes from the items' own Tokens (counted when
+// they were added: nothing is counted here) with a margin (see
+// tokensPerUnit). The finished text is counted once. Only if that count is
+// over, or under scaledEnough of the limit, is k recalibrated on the text
+// itself and the whole repeated, at most scaledCounts counts in all; the
+// largest text that fitted is kept. ok is false if no count fitted (or the
+// counter returned a negative count): the caller then takes the exact
+// path.
+func (x *extractor) summarizeScaled(items itemView, header string, maxTokens int64, c Counter, hint *orderHint) (best string, bestTokens int64, ok bool) {
+	defer x.release()
+	// Rates are integers (millionths of a token a unit), so that the text
+	// is the same on every platform (floating point may be fused).
+	k := tokensPerUnit(items)
+	for range scaledCounts {
+		text := ""
+		kb := k
+		for b := 0; ; b++ {
+			x.build(items, header, newUnitMeter(maxTokens, milli(kb)), hint)
+			cand := joinSummary(header, x.lines, x.out)
+			if len(x.out) == 0 && text != "" {
+				break // shrunk past the last line: count the text before
+			}
+			text = cand
+			// The meter adds up pieces; the text as a whole may hold a
+			// few units more where pieces meet.
+			pred := predict(k, units(text))
+			if pred <= maxTokens || b+1 == scaledBuilds || len(x.out) == 0 {
+				break
+			}
+			kb = mulDiv(mulDiv(kb, pred, maxTokens), 1000+scaledHeadroom, 1000)
+		}
+		if ok && text == best {
+			break // the same text again: the content ran out, not the room
+		}
+		t := x.count(c, text)
+		if t < 0 {
+			break
+		}
+		if t <= maxTokens && (!ok || t > bestTokens) {
+			best, bestTokens, ok = text, t, true
+		}
+		if ok && bestTokens >= mulDiv(maxTokens, scaledEnough, 1000) {
+			break
+		}
+		// Over, or well under: this text's own density is now known.
+		next := mulDiv(t, 1000*(1000+scaledMeasured), max(units(text), 1))
+		if t > maxTokens {
+			next = max(next, mulDiv(mulDiv(k, t, maxTokens), 1000+scaledHeadroom, 1000))
+		}
+		k = next
+	}
+	return best, bestTokens, ok
+}
+
+// milli returns k, in millionths, in thousandths rounded up, between 1 and
+// maxUnit.
+func milli(k int64) int64 {
+	m := k / 1000
+	if k%1000 != 0 {
+		m++
+	}
+	return min(max(m, 1), maxUnit)
+}
+
+// predict returns the tokens u units make at k millionths of a token a
+// unit, rounded up, or MaxInt64 (k, u ≥ 0).
+func predict(k, u int64) int64 {
+	hi, lo := bits.Mul64(uint64(k), uint64(u))
+	if hi >= 1_000_000 {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, 1_000_000)
+	if r > 0 {
+		q++
+	}
+	return int64(min(q, math.MaxInt64))
+}
+
+// mulDiv returns a × b ÷ c, rounded down, or MaxInt64 if that is larger
+// (a, b ≥ 0, c > 0).
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(min(q, math.MaxInt64))
+}
+
+// unitMargin is how much more densely a summary may tokenize than the
+// items it is cut from, per unit, before a first count comes out over (in
+// parts per thousand): fact sentences, ids and "…" marks run a few percent
+// denser than the prose around them.
+const unitMargin = 150
+
+// tokensSample bounds the items tokensPerUnit looks at: at most this many,
+// each of at most tokensSampleBytes, until it has seen tokensSampleTotal
+// bytes.
+const (
+	tokensSample      = 8
+	tokensSampleBytes = 8 << 10
+	tokensSampleTotal = 4 << 10
+)
+
+// tokensPerUnit estimates tokens per unit (see units), in millionths, for
+// text cut from items, from up to tokensSample of them (spread over the
+// list) whose Tokens are known, plus unitMargin; one token a unit if none
+// is known. Nothing is counted.
+func tokensPerUnit(items itemView) int64 {
+	n := items.len()
+	step := max(n/tokensSample, 1)
+	var tokens, u int64
+	seen := 0
+	for k := 0; k < n && seen < tokensSampleTotal; k += step {
+		it := items.at(k)
+		if it.Tokens <= 0 || len(it.Content) > tokensSampleBytes {
+			continue
+		}
+		tokens = satAdd(tokens, it.Tokens)
+		u += units(it.Content)
+		seen += len(it.Content)
+	}
+	if tokens == 0 || u == 0 {
+		return 1_000_000
+	}
+	return mulDiv(tokens, 1000*(1000+unitMargin), u)
+}
+
+// satAdd returns a + b, or MaxInt64 if that overflows (a, b ≥ 0).
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// units is a cheap stand-in for a byte-level BPE's token count, used only
+// to predict one: it counts the pieces such tokenizers split text into
+// before merging (a run of ASCII letters, one token per 8 letters more; up
+// to three digits; a run of punctuation, one more per two; a run of
+// whitespace, but a single space before a word or punctuation is part of
+// it; a non-ASCII character). It is never more than len(s).
+func units[S ~string | ~[]byte](s S) int64 {
+	var u int64
+	for i := 0; i < len(s); {
+		c := s[i]
+		j := i + 1
+		switch cl := byteKind[c]; cl {
+		case bkLetter, bkDigit, bkPunct:
+			for j < len(s) && byteKind[s[j]] == cl {
+				j++
+			}
+			switch cl {
+			case bkLetter:
+				u += 1 + int64(j-i)/8
+			case bkDigit:
+				u += int64(j-i+2) / 3
+			default:
+				u += 1 + int64(j-i-1)/2
+			}
+		case bkSpace:
+			if c == ' ' && j < len(s) && byteKind[s[j]] != bkSpace {
+				break // a single space goes with what follows
+			}
+			for j < len(s) && byteKind[s[j]] == bkSpace {
+				j++
+			}
+			u++
+		default: // a non-ASCII character
+			for j < len(s) && s[j]&0xC0 == 0x80 {
+				j++
+			}
+			u++
+		}
+		i = j
+	}
+	return u
+}
+
+// Byte kinds for units.
+const (
+	bkOther = iota // non-ASCII
+	bkLetter
+	bkDigit
+	bkSpace
+	bkPunct
+)
+
+var byteKind = func() (t [256]uint8) {
+	for c := 0; c < 0x80; c++ {
+		t[c] = bkPunct
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = bkLetter, bkLetter
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = bkDigit
+	}
+	for _, c := range " \t\n\r\v\f" {
+		t[c] = bkSpace
+	}
+	return t
+}()
+
+// isEstimate reports whether c is EstimateCounter or embeds it (as the
+// tokenizer package's estimate does), so that it counts ceil(len/4). A
+// counter that embeds it yet counts otherwise costs time, never the
+// budget: the result is counted under c before it is returned.
+func isEstimate(c Counter) bool {
+	_, ok := c.(interface{ bytesDiv4() })
+	return ok
+}
+
+func (EstimateCounter) bytesDiv4() {}
+
+// satMul returns a × b, or MaxInt64 if that overflows (a, b ≥ 0).
+func satMul(a, b int64) int64 {
+	if b != 0 && a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// build fills x.lines and x.out (the lines to write, oldest first) with
+// the summary of items under meter m, header included in its budget.
+func (x *extractor) build(items itemView, header string, m *meter, hint *orderHint) {
 	left := m.budget - m.cost(header)
 	ord := newVisitOrder(items, hint)
 	minShare := minShareTokens * m.perToken
@@ -207,7 +534,7 @@ func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *
 	// Lines are written into one arena as pass 1 finishes each; a line
 	// that grows later moves out on its own.
 	arena := x.arena[:0]
-	if want := int(min(maxTokens, 1<<16)) * 4; cap(arena) < want {
+	if want := int(min(m.maxTokens, 1<<16)) * 4; cap(arena) < want {
 		arena = make([]byte, 0, want)
 	}
 	misses := 0               // items in a row that got nothing
@@ -273,11 +600,18 @@ func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *
 			return cmp.Compare(ia, ib)
 		})
 	}
+	x.lines, x.arena, x.out = lines, arena, out
+}
+
+// finish joins the lines build left and counts the text under c: should
+// it count more than maxTokens (the meter is exact for the estimate and
+// close for sub-additive tokenizers; the final count is the word), the
+// lines that earned their space last are dropped until it fits.
+func (x *extractor) finish(header string, maxTokens int64, c Counter) (string, int64) {
+	lines, out := x.lines, x.out
 	text := joinSummary(header, lines, out)
-	// The meter is exact for EstimateCounter and close for sub-additive
-	// tokenizers; the final count is the word. Drop the lines that earned
-	// their space last until it fits.
-	for c.Count(text) > maxTokens && len(out) > 0 {
+	t := x.count(c, text)
+	for t > maxTokens && len(out) > 0 {
 		worst := 0
 		for k := range out {
 			if lines[out[k]].rank > lines[out[worst]].rank {
@@ -286,11 +620,17 @@ func (x *extractor) summarize(items itemView, maxTokens int64, c Counter, hint *
 		}
 		out = slices.Delete(out, worst, worst+1)
 		text = joinSummary(header, lines, out)
+		t = x.count(c, text)
 	}
-	// Keep the buffers, dropping references to the items' memory.
-	clear(lines)
-	x.lines, x.arena, x.out = lines[:0], arena[:0], out[:0]
-	return text
+	x.out = out
+	x.release()
+	return text, t // t < 0 or > maxTokens: the caller reports the counter
+}
+
+// release keeps the buffers, dropping references to the items' memory.
+func (x *extractor) release() {
+	clear(x.lines)
+	x.lines, x.arena, x.out = x.lines[:0], x.arena[:0], x.out[:0]
 }
 
 func joinSummary(header string, lines []sumLine, out []int32) string {
@@ -313,42 +653,82 @@ func joinSummary(header string, lines []sumLine, out []int32) string {
 // packing is exact), tokens under any other counter, where the pieces'
 // counts are added up and the final text is recounted.
 type meter struct {
-	c        Counter
-	bytes    bool
-	budget   int64 // in working units
-	perToken int64 // working units per token
-	nl       int64 // cost of the newline between lines
-	sp       int64 // cost of the space between sentences
-	scanLeft int64 // bytes the summary may still scan
+	c         Counter
+	bytes     bool
+	unit      int64 // > 0: the working unit is a predicted milli-token, unit a unit (see units)
+	budget    int64 // in working units
+	perToken  int64 // working units per token, about
+	maxTokens int64
+	nl        int64 // cost of the newline between lines
+	sp        int64 // cost of the space between sentences
+	scanLeft  int64 // bytes the summary may still scan
 }
 
-func newMeter(c Counter, maxTokens int64) *meter {
-	scan := int64(math.MaxInt64)
+func scanBudget(maxTokens int64) int64 {
 	if maxTokens <= (math.MaxInt64-scanSlack)/scanPerToken {
-		scan = maxTokens*scanPerToken + scanSlack
+		return maxTokens*scanPerToken + scanSlack
 	}
-	if _, ok := c.(EstimateCounter); ok {
-		b := int64(math.MaxInt64)
-		if maxTokens <= math.MaxInt64/4 {
-			b = maxTokens * 4
-		}
-		return &meter{c: c, bytes: true, budget: b, perToken: 4, nl: 1, sp: 1, scanLeft: scan}
+	return math.MaxInt64
+}
+
+// newMeter is the meter Summarize uses for c: in bytes under the estimate
+// (4 a token), in tokens otherwise.
+func newMeter(c Counter, maxTokens int64) *meter {
+	if isEstimate(c) {
+		return newByteMeter(maxTokens, satMul(maxTokens, 4), 4)
 	}
-	return &meter{c: c, budget: maxTokens, perToken: 1, nl: max(c.Count("\n"), 0), sp: max(c.Count(" "), 0), scanLeft: scan}
+	return newTokenMeter(c, maxTokens)
+}
+
+// newByteMeter measures in bytes, budget of them for a summary of at most
+// maxTokens tokens, at about per bytes a token (≥ 1).
+func newByteMeter(maxTokens, budget, per int64) *meter {
+	return &meter{bytes: true, budget: budget, perToken: per, maxTokens: maxTokens, nl: 1, sp: 1, scanLeft: scanBudget(maxTokens)}
+}
+
+// newUnitMeter measures in predicted milli-tokens, unit of them a unit
+// (see units), for a summary of at most maxTokens tokens.
+func newUnitMeter(maxTokens, unit int64) *meter {
+	return &meter{unit: unit, budget: satMul(maxTokens, 1000), perToken: 1000, maxTokens: maxTokens,
+		nl: unit, sp: 0, scanLeft: scanBudget(maxTokens)}
+}
+
+// newTokenMeter measures in tokens under c, adding up the pieces' counts.
+func newTokenMeter(c Counter, maxTokens int64) *meter {
+	return &meter{c: c, budget: maxTokens, perToken: 1, maxTokens: maxTokens,
+		nl: max(c.Count("\n"), 0), sp: max(c.Count(" "), 0), scanLeft: scanBudget(maxTokens)}
 }
 
 func (m *meter) cost(s string) int64 {
-	if m.bytes {
+	switch {
+	case m.bytes:
 		return int64(len(s))
+	case m.unit > 0:
+		return units(s) * m.unit
 	}
 	return max(m.c.Count(s), 0)
 }
 
 func (m *meter) costBytes(b []byte) int64 {
-	if m.bytes {
+	switch {
+	case m.bytes:
 		return int64(len(b))
+	case m.unit > 0:
+		return units(b) * m.unit
 	}
 	return max(m.c.Count(string(b)), 0)
+}
+
+// openCost is what starting a line for it costs: "[" id "] " and the
+// newline.
+func (m *meter) openCost(it *Item) int64 {
+	switch {
+	case m.bytes:
+		return int64(len(it.ID)) + 3 + m.nl
+	case m.unit > 0:
+		return (units(it.ID)+2)*m.unit + m.nl
+	}
+	return max(m.c.Count("["+it.ID+"] "), 0) + m.nl
 }
 
 // window is how many bytes one fill of room working units looks ahead.
@@ -487,11 +867,7 @@ func (m *meter) fill(x *extractor, l *sumLine, it *Item, kind int, budget int64)
 		raw := s[sn.a:sn.b]
 		open := m.sp
 		if !l.started {
-			if m.bytes {
-				open = int64(len(it.ID)) + 3 + m.nl // "[" id "] " and the newline
-			} else {
-				open = max(m.c.Count("["+it.ID+"] "), 0) + m.nl
-			}
+			open = m.openCost(it)
 		}
 		if sn.clipped {
 			// Too long to take whole with this room: an empty line keeps
@@ -506,12 +882,7 @@ func (m *meter) fill(x *extractor, l *sumLine, it *Item, kind int, budget int64)
 		}
 		// What the sentence costs, known before copying unless whitespace
 		// must be collapsed.
-		cost := open
-		if m.bytes {
-			cost += int64(len(raw))
-		} else {
-			cost += max(m.c.Count(raw), 0)
-		}
+		cost := open + m.cost(raw)
 		if used+cost > budget && !(m.bytes && sn.isIrregular(s)) {
 			if l.started || kind == 1 {
 				return used
@@ -613,6 +984,7 @@ func b2i(b bool) int64 {
 type word struct {
 	s    string
 	fact bool
+	u    int64 // units(s), under a unit meter
 }
 
 // appendTruncated appends a shortened form of a sentence too long for its
@@ -634,7 +1006,11 @@ func (x *extractor) appendTruncated(buf []byte, sentence string, left int64, m *
 		}
 		if j > i {
 			fact := hasFact(sentence[i:j])
-			words = append(words, word{sentence[i:j], fact})
+			var u int64
+			if m.unit > 0 {
+				u = units(sentence[i:j])
+			}
+			words = append(words, word{sentence[i:j], fact, u})
 			if !fact {
 				nonFacts++
 			}
@@ -645,8 +1021,12 @@ func (x *extractor) appendTruncated(buf []byte, sentence string, left int64, m *
 	mark := len(buf)
 	// build appends the words kept when the first k non-fact words are, and
 	// at most maxFacts fact words; it reports whether the result fits.
+	// Under a unit meter the cost is added up as the words are: a word
+	// after a space begins its own pieces, so units add over words, and
+	// each "…" is one unit.
 	build := func(k, maxFacts int) bool {
 		buf = buf[:mark]
+		var u int64
 		seenNon, seenFacts, gap := 0, 0, false
 		for _, w := range words {
 			keep := false
@@ -667,14 +1047,20 @@ func (x *extractor) appendTruncated(buf []byte, sentence string, left int64, m *
 			if gap {
 				buf = append(buf, "… "...)
 				gap = false
+				u++
 			}
 			buf = append(buf, w.s...)
+			u += w.u
 		}
 		if len(buf) == mark {
 			return false // nothing kept
 		}
 		if gap || clipped {
 			buf = append(buf, " …"...)
+			u++
+		}
+		if m.unit > 0 {
+			return u*m.unit <= left
 		}
 		return m.costBytes(buf[mark:]) <= left
 	}

@@ -90,6 +90,54 @@ type Pack struct {
 type PackBuffers struct {
 	Fitter compaction.Fitter
 	items  []compaction.Item
+	heads  headCounts
+}
+
+// headCounts remembers the counts of the last pack's brief and breadcrumbs
+// (cur) and this pack's (next) under a counter that says its name
+// (compaction.Named): between two packs of a frame they are the same
+// texts, and a BPE counter costs about half a microsecond a token.
+type headCounts struct {
+	name      string
+	cur, next map[string]int64
+}
+
+// start begins a pack under c.
+func (h *headCounts) start(c compaction.Counter) {
+	name := ""
+	if n, ok := c.(compaction.Named); ok {
+		name = n.Name()
+	}
+	if name != h.name {
+		clear(h.cur)
+		h.name = name
+	}
+	clear(h.next)
+}
+
+// count returns c.Count(s), remembered.
+func (h *headCounts) count(c compaction.Counter, s string) int64 {
+	if h.name == "" {
+		return c.Count(s)
+	}
+	if t, ok := h.next[s]; ok {
+		return t
+	}
+	t, ok := h.cur[s]
+	if !ok {
+		t = c.Count(s)
+	}
+	if h.next == nil {
+		h.next = map[string]int64{}
+	}
+	h.next[s] = t
+	return t
+}
+
+// done ends a pack: its texts are what the next may find.
+func (h *headCounts) done() {
+	clear(h.cur)
+	h.cur, h.next = h.next, h.cur
 }
 
 // AssemblePack builds the context pack q asks of s. The rules:
@@ -146,7 +194,9 @@ func AssemblePack(cfg Config, s *State, q PackQuery, buf *PackBuffers) (Pack, er
 	if role == "" {
 		role = DefaultRole
 	}
-	head := newPackHead(c, "Role: "+role+"\nScope: "+s.Scope+"\nGoal: "+cut(f.Goal, briefGoalBytes), s.Ancestry(f.ID))
+	buf.heads.start(c)
+	defer buf.heads.done()
+	head := newPackHead(c, &buf.heads, "Role: "+role+"\nScope: "+s.Scope+"\nGoal: "+cut(f.Goal, briefGoalBytes), s.Ancestry(f.ID))
 
 	buf.items = handleItems(buf.items, f.Handles, hints)
 	defer clear(buf.items) // drop references to contents until the next pack
@@ -225,13 +275,13 @@ type packHead struct {
 	crumbTotal  int64
 }
 
-func newPackHead(c compaction.Counter, brief string, ancestry []*Frame) *packHead {
-	h := &packHead{c: c, brief: brief, briefTokens: c.Count(brief),
+func newPackHead(c compaction.Counter, memo *headCounts, brief string, ancestry []*Frame) *packHead {
+	h := &packHead{c: c, brief: brief, briefTokens: memo.count(c, brief),
 		crumbs: make([]Breadcrumb, len(ancestry)), crumbTokens: make([]int64, len(ancestry))}
 	for i, a := range ancestry {
 		h.crumbs[i] = Breadcrumb{FrameID: a.ID, Depth: a.Depth, Status: a.Status,
 			Text: strconv.FormatInt(a.Depth, 10) + ". [" + a.Status.String() + "] " + cut(a.Goal, crumbGoalBytes)}
-		h.crumbTokens[i] = c.Count(h.crumbs[i].Text)
+		h.crumbTokens[i] = memo.count(c, h.crumbs[i].Text)
 		h.crumbTotal += h.crumbTokens[i]
 	}
 	return h

@@ -120,6 +120,13 @@ type bpe struct {
 
 func (b *bpe) Name() string { return b.name }
 
+// CountsAddOverLines implements compaction.LineAdditive: no piece of the
+// o200k_base or cl100k_base pre-tokenizer runs from a newline into a "["
+// (a piece holding a newline is whitespace, or punctuation followed by
+// newlines and, in o200k_base, slashes), so a text split after a newline
+// that a "[" follows counts as its parts do (TestCountsAddOverLines).
+func (b *bpe) CountsAddOverLines() {}
+
 // Count returns the number of tokens of s under the encoding, special
 // tokens such as <|endoftext|> counted as the plain text they are.
 func (b *bpe) Count(s string) int64 {

@@ -168,6 +168,8 @@ func Search(ctx context.Context, store Store, q SearchQuery) (SearchResult, erro
 		return res, invalid("empty search query")
 	case len(q.Text) > MaxSearchQuery:
 		return res, invalid("search query of %d bytes (at most %d)", len(q.Text), MaxSearchQuery)
+	case !utf8.ValidString(q.Text):
+		return res, invalid("search query is not valid UTF-8")
 	case q.Limit < 0 || q.Limit > MaxSearchLimit:
 		return res, invalid("search limit %d (1..%d; 0 for %d)", q.Limit, MaxSearchLimit, DefaultSearchLimit)
 	case len(q.Links) == 0:

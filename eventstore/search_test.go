@@ -288,6 +288,7 @@ func TestSearchRefusesBadInput(t *testing.T) {
 		msg  string
 	}{
 		{"bad regex", eventstore.SearchQuery{Text: "needle(", Regex: true}, "regular expression"},
+		{"query not UTF-8", eventstore.SearchQuery{Text: "needle\xff"}, "UTF-8"},
 		{"empty query", eventstore.SearchQuery{Text: ""}, "empty"},
 		{"limit too large", eventstore.SearchQuery{Text: "needle", Limit: 501}, "limit"},
 		{"negative limit", eventstore.SearchQuery{Text: "needle", Limit: -1}, "limit"},

@@ -70,10 +70,12 @@ func TestRetentionKeepsLiveChainsAndLeavesTombstones(t *testing.T) {
 	require.NotEmpty(t, hits.Hits, "the first link's content is still searchable")
 	assert.Empty(t, hits.Unsearched)
 
-	// The core refuses a cut into a live chain even if a pass asked for it.
+	// The core refuses a cut into a live chain even if a pass asked for it
+	// (chain_running: a pass that planned before the chain came alive
+	// plans again next time).
 	linkEnd := ch.Links[0].EndVersion
 	_, err = e.c.ApplyRetention(ctx, &messages.ApplyRetention{Header: h, Through: linkEnd, Hash: hexOf(recordHashAt(t, e, scope, linkEnd)), Why: "test"})
-	require.ErrorIs(t, err, actors.ErrInvalidArgument)
+	require.ErrorIs(t, err, actors.ErrChainRunning)
 	require.ErrorContains(t, err, "whose head")
 
 	// The head finishes: the chain is history like any run.

@@ -263,6 +263,12 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 		}
 	}
 	if _, err := r.c.ApplyRetention(ctx, req); err != nil {
+		if errors.Is(err, ErrChainRunning) {
+			// A continuation or a resume made a chain live since the
+			// scan: nothing is removed; the next pass plans again.
+			r.cfg.Logger.Info("stateindex: retention planned before a chain came alive; the scope waits for the next pass", "scope", scope, "error", err)
+			return sr, nil
+		}
 		return sr, fmt.Errorf("recording the removal: %w", err)
 	}
 	sr.Through, sr.Runs, sr.Kept, sr.Why = plan.Through, len(plan.Removed), plan.Kept, plan.Why

@@ -216,69 +216,12 @@ func VerifyArchive(path string, pub ed25519.PublicKey) (ArchiveInfo, error) {
 	if info.Head, err = parseHash(h.Head); err != nil {
 		return info, bad(1, "head hash: %v", err)
 	}
-	prev := info.Prev
-	next := h.From
-	hashes := map[int64]Hash{}
-	line := 1
-	for sc.Scan() {
-		line++
-		var l archiveLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return info, bad(line, "undecodable: %v", err)
-		}
-		if c := l.Checkpoint; c != nil {
-			info.Checkpoints++
-			head, err := parseHash(c.Head)
-			if err != nil {
-				return info, bad(line, "checkpoint head: %v", err)
-			}
-			if got, ok := hashes[c.Version]; !ok || got != head {
-				return info, bad(line, "checkpoint at version %d names a hash no record of the archive has", c.Version)
-			}
-			if pub != nil {
-				sig, err := hex.DecodeString(c.Signature)
-				if err != nil {
-					return info, bad(line, "checkpoint signature: %v", err)
-				}
-				cp := Checkpoint{Stream: h.Stream, Version: c.Version, Head: head, Reason: CheckpointReason(c.Reason), Signature: sig}
-				if _, err := hex.Decode(cp.KeyID[:], []byte(c.KeyID)); err != nil {
-					return info, bad(line, "checkpoint key id: %v", err)
-				}
-				if err := cp.VerifySignature(pub); err != nil {
-					return info, bad(line, "checkpoint at version %d: %v", c.Version, err)
-				}
-				info.SignaturesVerified++
-			}
-			continue
-		}
-		raw, err := base64.StdEncoding.DecodeString(l.Raw)
-		if err != nil {
-			return info, bad(line, "record bytes: %v", err)
-		}
-		var f recordFields
-		if err := parseRecord(raw, &f); err != nil {
-			return info, bad(line, "record: %v", err)
-		}
-		got := Hash(sha256.Sum256(raw))
-		want, err := parseHash(l.Hash)
-		switch {
-		case err != nil:
-			return info, bad(line, "hash: %v", err)
-		case got != want:
-			return info, bad(line, "version %d: its bytes do not hash to its hash (altered)", l.Version)
-		case f.version != next || l.Version != next || string(f.stream) != h.Stream:
-			return info, bad(line, "expected version %d of %q, found version %d of %q", next, h.Stream, f.version, f.stream)
-		case f.prev != prev:
-			return info, bad(line, "version %d does not name the previous record's hash (a record is missing or altered)", next)
-		}
-		hashes[next] = got
-		prev = got
-		next++
-		info.Records++
-	}
-	if err := sc.Err(); err != nil {
+	tally, err := checkChainedLines(sc, h.Stream, h.From, info.Prev, pub, "archive", bad)
+	info.Records, info.Checkpoints, info.SignaturesVerified = tally.records, tally.checkpoints, tally.signatures
+	if err != nil {
 		return info, err
 	}
+	prev, next, line := tally.prev, tally.next, tally.line
 	switch {
 	case next-1 != h.Through || info.Records != h.Records:
 		return info, bad(line, "the archive ends at version %d with %d records; its header says %d and %d", next-1, info.Records, h.Through, h.Records)
@@ -287,6 +230,87 @@ func VerifyArchive(path string, pub ed25519.PublicKey) (ArchiveInfo, error) {
 	}
 	info.SHA256 = hex.EncodeToString(sum.Sum(nil))
 	return info, nil
+}
+
+// chainedLines is what checkChainedLines read.
+type chainedLines struct {
+	records, checkpoints, signatures int64
+	prev                             Hash  // the last record's hash
+	next                             int64 // the version after the last record
+	line                             int   // the last line read
+}
+
+// checkChainedLines checks the lines after the header of an archive or a
+// transcript (what names either in its messages): each record line's
+// stored bytes hash to its hash and name stream and the next version from
+// next, chaining from prev; each checkpoint line names the hash of a record
+// read before it and, with pub, its signature verifies. bad makes the error
+// of a line.
+func checkChainedLines(sc *bufio.Scanner, stream string, next int64, prev Hash, pub ed25519.PublicKey, what string,
+	bad func(line int, format string, args ...any) error) (chainedLines, error) {
+	t := chainedLines{prev: prev, next: next, line: 1}
+	hashes := map[int64]Hash{}
+	for sc.Scan() {
+		t.line++
+		line := t.line
+		var l archiveLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return t, bad(line, "undecodable: %v", err)
+		}
+		if c := l.Checkpoint; c != nil {
+			t.checkpoints++
+			head, err := parseHash(c.Head)
+			if err != nil {
+				return t, bad(line, "checkpoint head: %v", err)
+			}
+			if got, ok := hashes[c.Version]; !ok || got != head {
+				return t, bad(line, "checkpoint at version %d names a hash no record of the %s has", c.Version, what)
+			}
+			if pub != nil {
+				sig, err := hex.DecodeString(c.Signature)
+				if err != nil {
+					return t, bad(line, "checkpoint signature: %v", err)
+				}
+				cp := Checkpoint{Stream: stream, Version: c.Version, Head: head, Reason: CheckpointReason(c.Reason), Signature: sig}
+				if _, err := hex.Decode(cp.KeyID[:], []byte(c.KeyID)); err != nil {
+					return t, bad(line, "checkpoint key id: %v", err)
+				}
+				if err := cp.VerifySignature(pub); err != nil {
+					return t, bad(line, "checkpoint at version %d: %v", c.Version, err)
+				}
+				t.signatures++
+			}
+			continue
+		}
+		raw, err := base64.StdEncoding.DecodeString(l.Raw)
+		if err != nil {
+			return t, bad(line, "record bytes: %v", err)
+		}
+		var f recordFields
+		if err := parseRecord(raw, &f); err != nil {
+			return t, bad(line, "record: %v", err)
+		}
+		got := Hash(sha256.Sum256(raw))
+		want, err := parseHash(l.Hash)
+		switch {
+		case err != nil:
+			return t, bad(line, "hash: %v", err)
+		case got != want:
+			return t, bad(line, "version %d: its bytes do not hash to its hash (altered)", l.Version)
+		case f.version != t.next || l.Version != t.next || string(f.stream) != stream:
+			return t, bad(line, "expected version %d of %q, found version %d of %q", t.next, stream, f.version, f.stream)
+		case f.prev != t.prev:
+			return t, bad(line, "version %d does not name the previous record's hash (a record is missing or altered)", t.next)
+		}
+		hashes[t.next] = got
+		t.prev = got
+		t.next++
+		t.records++
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return t, err
+	}
+	return t, nil
 }
 
 func parseHash(s string) (Hash, error) {

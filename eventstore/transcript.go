@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 )
@@ -199,67 +198,12 @@ func VerifyTranscript(r io.Reader, pub ed25519.PublicKey) (TranscriptInfo, error
 	if err != nil {
 		return info, bad(1, "head hash: %v", err)
 	}
-	next, line := h.From, 1
-	hashes := map[int64]Hash{}
-	for sc.Scan() {
-		line++
-		var l archiveLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return info, bad(line, "undecodable: %v", err)
-		}
-		if c := l.Checkpoint; c != nil {
-			info.Checkpoints++
-			head, err := parseHash(c.Head)
-			if err != nil {
-				return info, bad(line, "checkpoint head: %v", err)
-			}
-			if got, ok := hashes[c.Version]; !ok || got != head {
-				return info, bad(line, "checkpoint at version %d names a hash no record of the transcript has", c.Version)
-			}
-			if pub != nil {
-				sig, err := hex.DecodeString(c.Signature)
-				if err != nil {
-					return info, bad(line, "checkpoint signature: %v", err)
-				}
-				cp := Checkpoint{Stream: h.Scope, Version: c.Version, Head: head, Reason: CheckpointReason(c.Reason), Signature: sig}
-				if _, err := hex.Decode(cp.KeyID[:], []byte(c.KeyID)); err != nil {
-					return info, bad(line, "checkpoint key id: %v", err)
-				}
-				if err := cp.VerifySignature(pub); err != nil {
-					return info, bad(line, "checkpoint at version %d: %v", c.Version, err)
-				}
-				info.SignaturesVerified++
-			}
-			continue
-		}
-		raw, err := base64.StdEncoding.DecodeString(l.Raw)
-		if err != nil {
-			return info, bad(line, "record bytes: %v", err)
-		}
-		var f recordFields
-		if err := parseRecord(raw, &f); err != nil {
-			return info, bad(line, "record: %v", err)
-		}
-		got := Hash(sha256.Sum256(raw))
-		want, err := parseHash(l.Hash)
-		switch {
-		case err != nil:
-			return info, bad(line, "hash: %v", err)
-		case got != want:
-			return info, bad(line, "version %d: its bytes do not hash to its hash (altered)", l.Version)
-		case f.version != next || l.Version != next || string(f.stream) != h.Scope:
-			return info, bad(line, "expected version %d of %q, found version %d of %q", next, h.Scope, f.version, f.stream)
-		case f.prev != prev:
-			return info, bad(line, "version %d does not name the previous record's hash (a record is missing or altered)", next)
-		}
-		hashes[next] = got
-		prev = got
-		next++
-		info.Records++
-	}
-	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
+	tally, err := checkChainedLines(sc, h.Scope, h.From, prev, pub, "transcript", bad)
+	info.Records, info.Checkpoints, info.SignaturesVerified = tally.records, tally.checkpoints, tally.signatures
+	if err != nil {
 		return info, err
 	}
+	prev, next, line := tally.prev, tally.next, tally.line
 	switch {
 	case next-1 != h.Through || info.Records != h.Records:
 		return info, bad(line, "the transcript ends at version %d with %d records; its header says %d and %d", next-1, info.Records, h.Through, h.Records)

@@ -259,7 +259,9 @@ func clipText(s string, n int) string {
 }
 
 // checkRetentionKeepsLiveChains refuses a cut through version through that
-// would remove a link of a chain whose head is live.
+// would remove a link of a chain whose head is live (ErrChainRunning: a
+// pass that planned before a continuation or a resume made the chain live
+// plans again).
 func (s *State) checkRetentionKeepsLiveChains(through int64) error {
 	for _, c := range s.Chains {
 		if h := s.Frames[c.Head]; h == nil || !h.Status.Live() {
@@ -267,7 +269,7 @@ func (s *State) checkRetentionKeepsLiveChains(through int64) error {
 		}
 		for _, l := range c.Links {
 			if l.Removed == nil && l.ID != c.Head && l.PushSeq > s.RemovedThrough && l.PushSeq <= through {
-				return invalid("retention through %d would remove link %q of chain %q, whose head %q is live", through, l.ID, c.Root, c.Head)
+				return fmt.Errorf("%w: retention through %d would remove link %q of chain %q, whose head %q is live", ErrChainRunning, through, l.ID, c.Root, c.Head)
 			}
 		}
 	}

@@ -216,7 +216,7 @@ func VerifyArchive(path string, pub ed25519.PublicKey) (ArchiveInfo, error) {
 	if info.Head, err = parseHash(h.Head); err != nil {
 		return info, bad(1, "head hash: %v", err)
 	}
-	tally, err := checkChainedLines(sc, h.Stream, h.From, info.Prev, pub, "archive", bad)
+	tally, err := checkChainedLines(sc, h.Stream, h.From, info.Prev, pub, "archive", bad, nil)
 	info.Records, info.Checkpoints, info.SignaturesVerified = tally.records, tally.checkpoints, tally.signatures
 	if err != nil {
 		return info, err
@@ -245,9 +245,10 @@ type chainedLines struct {
 // stored bytes hash to its hash and name stream and the next version from
 // next, chaining from prev; each checkpoint line names the hash of a record
 // read before it and, with pub, its signature verifies. bad makes the error
-// of a line.
+// of a line; each, when set, is called with every record once it checked,
+// and an error it returns ends the reading as is.
 func checkChainedLines(sc *bufio.Scanner, stream string, next int64, prev Hash, pub ed25519.PublicKey, what string,
-	bad func(line int, format string, args ...any) error) (chainedLines, error) {
+	bad func(line int, format string, args ...any) error, each func(Record) error) (chainedLines, error) {
 	t := chainedLines{prev: prev, next: next, line: 1}
 	hashes := map[int64]Hash{}
 	for sc.Scan() {
@@ -301,6 +302,12 @@ func checkChainedLines(sc *bufio.Scanner, stream string, next int64, prev Hash, 
 			return t, bad(line, "expected version %d of %q, found version %d of %q", t.next, stream, f.version, f.stream)
 		case f.prev != t.prev:
 			return t, bad(line, "version %d does not name the previous record's hash (a record is missing or altered)", t.next)
+		}
+		if each != nil {
+			r := Record{Stream: stream, Version: f.version, Seq: f.seq, Type: string(f.typ), Data: f.data, PrevHash: f.prev, Hash: got}
+			if err := each(r); err != nil {
+				return t, err
+			}
 		}
 		hashes[t.next] = got
 		t.prev = got

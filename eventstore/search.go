@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -637,8 +636,8 @@ func findArchiveFile(recorded, scope, archiveDir string) string {
 
 // readArchiveRecords calls fn with each record of an archive file, in
 // order, checking each record's bytes against its hash and the chain from
-// the header's prev hash; damage is an error matching ErrCorrupt naming
-// the line.
+// the header's prev hash (checkChainedLines, as VerifyArchive does without
+// a key); damage is an error matching ErrCorrupt naming the line.
 func readArchiveRecords(path, scope string, fn func(Record) error) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -661,36 +660,6 @@ func readArchiveRecords(path, scope string, fn func(Record) error) error {
 	if err != nil {
 		return bad(1, "prev hash: %v", err)
 	}
-	next, line := h.From, 1
-	for sc.Scan() {
-		line++
-		var l archiveLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return bad(line, "undecodable: %v", err)
-		}
-		if l.Checkpoint != nil {
-			continue
-		}
-		raw, err := base64.StdEncoding.DecodeString(l.Raw)
-		if err != nil {
-			return bad(line, "record bytes: %v", err)
-		}
-		var rf recordFields
-		if err := parseRecord(raw, &rf); err != nil {
-			return bad(line, "record: %v", err)
-		}
-		got := Hash(sha256.Sum256(raw))
-		if hex.EncodeToString(got[:]) != l.Hash || rf.version != next || rf.prev != prev || string(rf.stream) != scope {
-			return bad(line, "not version %d of %q chained from the record before (altered?)", next, scope)
-		}
-		r := Record{Stream: scope, Version: rf.version, Seq: rf.seq, Type: string(rf.typ), Data: rf.data, PrevHash: rf.prev, Hash: got}
-		if err := fn(r); err != nil {
-			return err
-		}
-		prev, next = got, next+1
-	}
-	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
+	_, err = checkChainedLines(sc, scope, h.From, prev, nil, "archive", bad, fn)
+	return err
 }

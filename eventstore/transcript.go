@@ -198,7 +198,7 @@ func VerifyTranscript(r io.Reader, pub ed25519.PublicKey) (TranscriptInfo, error
 	if err != nil {
 		return info, bad(1, "head hash: %v", err)
 	}
-	tally, err := checkChainedLines(sc, h.Scope, h.From, prev, pub, "transcript", bad)
+	tally, err := checkChainedLines(sc, h.Scope, h.From, prev, pub, "transcript", bad, nil)
 	info.Records, info.Checkpoints, info.SignaturesVerified = tally.records, tally.checkpoints, tally.signatures
 	if err != nil {
 		return info, err

@@ -219,7 +219,7 @@ func TestCrash(t *testing.T) {
 	t.Log(rmsg)
 	fmt.Println(rmsg)
 	cmsg := fmt.Sprintf("crash: chains after the last kill: %d acknowledged ContinueFrame, %d writes continued automatically, %d ResumeChain; "+
-		"%d chains (%d links) read with GetChain from every link, each the replay's (%d links removed by retention not read from); %d acknowledged links found; "+
+		"%d chains (%d links) read with GetChain from every link, each the replay's (%d removed by retention: answered with their tombstones); %d acknowledged links found; "+
 		"%d mutations of earlier links refused (frame_continued naming the head)",
 		last.Continuations, last.AutoContinued, last.Resumes, last.Chains, last.ChainLinks, last.RemovedLinks, last.LinksAcked, last.ContinuedRefusals)
 	t.Log(cmsg)

@@ -140,16 +140,31 @@ type precount struct {
 }
 
 // countTexts counts texts under ct, skipping those over the content limit
-// (the decide refuses them before counting).
+// (the decide refuses them before counting). Each text's light form is
+// kept under its own key too, so that a counter answering from the counts
+// (continueWith's) has the light count without counting again.
 func countTexts(ct compaction.Counter, max int, texts []string) map[string]counted {
-	out := make(map[string]counted, len(texts))
+	out := make(map[string]counted, 2*len(texts))
 	for _, t := range texts {
 		if _, done := out[t]; done || len(t) > max {
 			continue
 		}
-		out[t] = counted{ct.Count(t), compaction.LightTokens(t, ct)}
+		light := compaction.LightTokens(t, ct)
+		out[t] = counted{ct.Count(t), light}
+		if lt := compaction.LightText(t); lt != t {
+			if _, done := out[lt]; !done {
+				out[lt] = counted{light, light}
+			}
+		}
 	}
 	return out
+}
+
+// offShardCounter is the scope's counter when counting under it is worth a
+// job off the shard's goroutine: not the estimate, which costs nothing.
+func (h *handler) offShardCounter(st *frames.State) (compaction.Counter, string, bool) {
+	ct, name, _ := h.scopeCounter(st)
+	return ct, name, name != frames.EstimateCounterName && ct != nil
 }
 
 // count measures content under the counter of the scope being decided
@@ -168,8 +183,8 @@ func (h *handler) countFirst(req messages.Request, d *opEntry, st *frames.State)
 	if d.count == nil {
 		return nil
 	}
-	ct, name, _ := h.scopeCounter(st)
-	if name == frames.EstimateCounterName || ct == nil {
+	ct, name, ok := h.offShardCounter(st)
+	if !ok {
 		return nil
 	}
 	texts := d.count(st, req)

@@ -656,8 +656,8 @@ func (h *handler) readChainHead(st *frames.State, req messages.Request) *job {
 	// The user's message is a handle added: counted here too, off the
 	// shard's goroutine, under the scope's counter (not the estimate,
 	// which costs nothing); its light count is kept under the light text.
-	ct, name, _ := h.scopeCounter(st)
-	count := name != frames.EstimateCounterName && ct != nil && len(r.Message) <= h.cfg.Frames.MaxContentBytes
+	ct, name, count := h.offShardCounter(st)
+	max := h.cfg.Frames.MaxContentBytes
 	return &job{scope: scope,
 		run: func() any {
 			f, err := eventstore.LoadFinishedFrame(context.Background(), h.store, scope, head)
@@ -669,10 +669,7 @@ func (h *handler) readChainHead(st *frames.State, req messages.Request) *job {
 				}
 			}
 			if count && err == nil {
-				rd.pre = &precount{counter: name, texts: map[string]counted{}}
-				tokens, light := ct.Count(r.Message), compaction.LightTokens(r.Message, ct)
-				rd.pre.texts[r.Message] = counted{tokens, light}
-				rd.pre.texts[compaction.LightText(r.Message)] = counted{light, light}
+				rd.pre = &precount{counter: name, texts: countTexts(ct, max, []string{r.Message})}
 			}
 			return rd
 		},

@@ -35,6 +35,13 @@ type Client struct {
 	// route(scope): remote PIDs and the cluster (remote.go, cluster.go). It
 	// returns the reply as received, or an error of this package.
 	send func(ctx context.Context, req messages.Request, timeout time.Duration) (any, error)
+	// global, when set, is where an in-process Client sends a global
+	// request (the operation's service); otherwise route("") is.
+	global func(op messages.Op) *actor.PID
+	// members and sendTo, when set (a cluster Client), list the storage
+	// members and carry a global request to one of them (services.go).
+	members func() []string
+	sendTo  func(ctx context.Context, member string, req messages.Request, timeout time.Duration) (any, error)
 }
 
 // NewClient returns a Client that sends every request to pid: a Server's
@@ -136,7 +143,11 @@ func (c *Client) request(ctx context.Context, req messages.Request, _ time.Durat
 	p := &pendingCall{done: make(chan struct{})}
 	pid, _ := sys.ProcessRegistry.Add(p, "si-call"+sys.ProcessRegistry.NextId())
 	defer sys.ProcessRegistry.Remove(pid)
-	c.root.RequestWithCustomSender(c.route(req.ScopeName()), msg, pid)
+	to := c.route(req.ScopeName())
+	if c.global != nil && messages.IsGlobal(req) {
+		to = c.global(req.Op())
+	}
+	c.root.RequestWithCustomSender(to, msg, pid)
 	select {
 	case <-p.done:
 	case <-ctx.Done():

@@ -341,7 +341,8 @@ func splitListen(addr string) (string, int, error) {
 // Client returns a Client that reaches every scope of the cluster at its
 // home member.
 func (n *ClusterNode) Client() *Client {
-	return &Client{root: n.sys.Root, timeout: n.cc.RequestTimeout, newID: NewRequestID, send: n.router.send}
+	return &Client{root: n.sys.Root, timeout: n.cc.RequestTimeout, newID: NewRequestID, send: n.router.send,
+		members: func() []string { return slices.Clone(n.cc.Members) }, sendTo: n.router.sendTo}
 }
 
 // Server is the member's StateIndex (nil on a client node).
@@ -478,6 +479,9 @@ func scopeUnavailable(scope, home, why string) *messages.Error {
 
 // send carries one request to its scope's grain.
 func (r *clusterRouter) send(ctx context.Context, req messages.Request, timeout time.Duration) (any, error) {
+	if messages.IsGlobal(req) {
+		return nil, messages.Errorf(messages.CodeBadRequest, "%s names no scope: a cluster Client sends it to each member (its Client method does)", req.Op())
+	}
 	msg, err := wire.Encode(req, r.limit)
 	if err != nil {
 		return nil, err
@@ -513,6 +517,27 @@ func (r *clusterRouter) send(ctx context.Context, req messages.Request, timeout 
 		}
 		return unwrapReply(pid, res, err)
 	}
+}
+
+// sendTo carries a global request to member's gateway (RemotePID): a
+// member that is down answers unavailable, naming it.
+func (r *clusterRouter) sendTo(ctx context.Context, member string, req messages.Request, timeout time.Duration) (any, error) {
+	msg, err := wire.Encode(req, r.limit)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	st := r.live[member]
+	r.mu.Unlock()
+	if st == nil {
+		return nil, messages.Errorf(messages.CodeUnavailable, "member %s is down (or has not joined yet): %s not served there", member, req.Op())
+	}
+	pid := RemotePID(member)
+	res, err := r.t.request(ctx, pid, msg, timeout)
+	if errors.Is(err, errNotDelivered) {
+		return nil, messages.Errorf(messages.CodeUnavailable, "member %s did not receive %s", member, req.Op())
+	}
+	return unwrapReply(pid, res, err)
 }
 
 // grain returns the PID of home's shard grain, asking the cluster (which

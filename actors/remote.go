@@ -178,7 +178,7 @@ func (g *gateway) Receive(c actor.Context) {
 			answer(c, failure(m, e), m, g.limit)
 			return
 		}
-		pid, msg, refusal := g.srv.admitted(m)
+		pid, msg, refusal := g.srv.target(m)
 		if refusal != nil {
 			if c.Sender() != nil {
 				c.Respond(refusal)
@@ -236,7 +236,7 @@ func (g *gateway) serveWire(c actor.Context, m *wire.Message) {
 		}
 		return
 	}
-	shard, msg, refusal := g.srv.admitted(req)
+	shard, msg, refusal := g.srv.target(req)
 	switch {
 	case refusal != nil:
 		if to != nil {
@@ -259,7 +259,7 @@ func (g *gateway) maxBytes() int {
 
 // check refuses a request this member must not serve.
 func (g *gateway) check(req messages.Request) *messages.Error {
-	if g.owns == nil {
+	if g.owns == nil || messages.IsGlobal(req) {
 		return nil
 	}
 	if home, ok := g.owns(req.ScopeName()); !ok {

@@ -24,6 +24,8 @@ type Server struct {
 	router   *actor.PID
 	store    eventstore.Store
 	ret      *retainer
+	// services serve the global operations (services.go).
+	services [messages.NumOps]*actor.PID
 }
 
 // Start spawns the StateIndex on sys over store. The store stays the
@@ -59,7 +61,6 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 		props := actor.PropsFromProducer(func() actor.Actor { return &shard{h: h, gate: g} })
 		s.shards = append(s.shards, sys.Root.Spawn(props))
 	}
-	shards, gates := s.shards, s.gates
 	s.router = sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case messages.Request:
@@ -67,12 +68,12 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 				answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "nil %T", m)), nil, 0)
 				return
 			}
-			i := shardOf(m.ScopeName(), len(shards))
-			if !gates[i].enter() {
-				c.Respond(overloaded(m, gates[i].max))
+			pid, msg, refusal := s.target(m)
+			if refusal != nil {
+				c.Respond(refusal)
 				return
 			}
-			c.RequestWithCustomSender(shards[i], &gated{req: m}, c.Sender())
+			c.RequestWithCustomSender(pid, msg, c.Sender())
 		case actor.SystemMessage, actor.AutoReceiveMessage:
 		default:
 			answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)), nil, 0)
@@ -89,8 +90,15 @@ func (s *Server) Client() *Client {
 	shards, gates := s.shards, s.gates
 	clock := s.cfg.Clock // the server's clock stamps in-process ids, so test clocks agree
 	return &Client{root: s.sys.Root, timeout: s.cfg.RequestTimeout, newID: func() string { return requestIDAt(clock()) },
-		route: func(scope string) *actor.PID { return shards[shardOf(scope, len(shards))] },
+		route:  func(scope string) *actor.PID { return shards[shardOf(scope, len(shards))] },
+		global: func(op messages.Op) *actor.PID { return s.services[op] },
 		admit: func(req messages.Request) (any, error) {
+			if messages.IsGlobal(req) {
+				if s.services[req.Op()] == nil {
+					return nil, notServed(req).Failure()
+				}
+				return &gated{req: req}, nil
+			}
 			g := gates[shardOf(req.ScopeName(), len(shards))]
 			if !g.enter() {
 				return nil, overloaded(req, g.max).Failure()

@@ -224,11 +224,5 @@ func (s *shard) run(c actor.Context, scope string, req messages.Request, to repl
 
 // reply sends req's reply, encoded for the wire when to is a remote caller.
 func (s *shard) reply(c actor.Context, to replyTo, req messages.Request, reply messages.Reply) {
-	switch {
-	case to.pid == nil:
-	case to.wire:
-		c.Send(to.pid, encodeReply(reply, req, to.limit))
-	default:
-		c.Send(to.pid, reply)
-	}
+	to.send(c, req, reply)
 }

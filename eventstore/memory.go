@@ -24,6 +24,8 @@ type MemoryStore struct {
 	streams    map[string]*memStream
 	index      []memIndexEntry // index[seq-1]
 	snaps      map[string][]byte
+	tables     memTables
+	watch      watchers
 }
 
 type memStream struct {
@@ -31,6 +33,8 @@ type memStream struct {
 	head Hash
 	base Base
 	idx  overlayIndex // the stream's index (one entry: this stream)
+	// removedSeq is the highest global sequence RemovePrefix removed.
+	removedSeq uint64
 }
 
 type memIndexEntry struct {
@@ -63,6 +67,14 @@ func NewMemoryWithLimits(l Limits) (*MemoryStore, error) {
 // Append implements Store. The memory store is not durable; otherwise it
 // behaves as BoltStore.Append.
 func (m *MemoryStore) Append(ctx context.Context, stream string, expected int64, events []Event) (AppendResult, error) {
+	res, err := m.append(ctx, stream, expected, events)
+	if err == nil {
+		m.watch.notify(res.LastSeq)
+	}
+	return res, err
+}
+
+func (m *MemoryStore) append(ctx context.Context, stream string, expected int64, events []Event) (AppendResult, error) {
 	if m.closedFlag.Load() {
 		return AppendResult{}, ErrClosed
 	}
@@ -199,6 +211,12 @@ func (m *MemoryStore) RemovePrefix(ctx context.Context, stream string, through i
 		}
 	}
 	ms.base = Base{Version: through, Hash: sha256.Sum256(ms.recs[through-1])}
+	for i := len(m.index) - 1; i >= 0; i-- {
+		if e := m.index[i]; e.stream == stream && e.version <= through {
+			ms.removedSeq = max(ms.removedSeq, uint64(i+1))
+			break
+		}
+	}
 	for v := int64(1); v <= through; v++ {
 		if ms.recs[v-1] != nil {
 			ms.recs[v-1] = nil

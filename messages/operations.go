@@ -43,6 +43,11 @@ type Operation struct {
 	// Mutates says the request appends events: it has Mut(), carries
 	// a request id and is applied at most once.
 	Mutates bool
+	// Global says the request names no scope (its ScopeName is ""): it is
+	// served by the server's service actor for the operation (subscriptions,
+	// the registry), not by a scope's shard, and a cluster Client sends it
+	// to every member (or to the one it names) instead of to a scope's home.
+	Global bool
 	// NewRequest and NewReply return zero values (pointers) of the
 	// request and reply types.
 	NewRequest func() Request
@@ -101,6 +106,15 @@ func init() {
 	for i := range operations {
 		operations[i].Op = Op(i)
 	}
+}
+
+// IsGlobal reports whether req is of a Global operation.
+func IsGlobal(req Request) bool {
+	if req == nil {
+		return false
+	}
+	op := req.Op()
+	return op < NumOps && operations[op].Global
 }
 
 // Operations returns the protocol table, in Op order.

@@ -1,0 +1,95 @@
+package actors
+
+import (
+	"context"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stateindex/stateindex/messages"
+)
+
+// Global operations (messages.Operation.Global: subscriptions, the
+// registry) name no scope. Each is served by one service actor of the
+// server, registered with serve when Start spawns it; the router, the
+// in-process Client and the remote gateway all send a global request there
+// (target), wrapped in *gated like a shard's requests, so that the service
+// answers a remote caller with an encoded reply (replyTo.send) exactly as a
+// shard does. A service may hold a request and answer it later (a long
+// poll): it keeps the replyTo, and nothing else waits.
+
+// serve registers pid as the service actor of op. Start calls it before the
+// server is handed out; it is not safe to call afterwards.
+func (s *Server) serve(op messages.Op, pid *actor.PID) {
+	if op < messages.NumOps {
+		s.services[op] = pid
+	}
+}
+
+// target returns where req goes and the message to send there: its scope's
+// shard, or the service of a global operation; or the reply that refuses
+// it (the shard's gate is full, no service serves the operation).
+func (s *Server) target(req messages.Request) (*actor.PID, *gated, messages.Reply) {
+	if messages.IsGlobal(req) {
+		pid := s.services[req.Op()]
+		if pid == nil {
+			return nil, nil, notServed(req)
+		}
+		return pid, &gated{req: req}, nil
+	}
+	return s.admitted(req)
+}
+
+func notServed(req messages.Request) messages.Reply {
+	return failure(req, messages.Errorf(messages.CodeUnavailable,
+		"%s is not served by this StateIndex (the service is not started): not applied", req.Op()))
+}
+
+// receiveGated unwraps a service's request: the request and where its
+// reply goes.
+func receiveGated(c actor.Context) (messages.Request, replyTo, bool) {
+	switch m := c.Message().(type) {
+	case *gated:
+		return m.req, replyTo{pid: c.Sender(), wire: m.wire, limit: m.limit}, true
+	case messages.Request:
+		return m, replyTo{pid: c.Sender()}, true
+	}
+	return nil, replyTo{}, false
+}
+
+// send delivers req's reply to its caller, encoded for the wire when the
+// caller is remote. Any sender works (an actor's context or the root), so
+// a service may answer a request it held from a later message.
+func (to replyTo) send(sender actor.SenderContext, req messages.Request, reply messages.Reply) {
+	switch {
+	case to.pid == nil:
+	case to.wire:
+		sender.Send(to.pid, encodeReply(reply, req, to.limit))
+	default:
+		sender.Send(to.pid, reply)
+	}
+}
+
+// Members lists where the Client's global requests can go: the storage
+// members of a cluster Client, sorted; a single "" for a Client of one
+// server. A global operation's Client method calls each of them (callOn)
+// and merges the answers.
+func (c *Client) Members() []string {
+	if c.members != nil {
+		return c.members()
+	}
+	return []string{""}
+}
+
+// callOn is call for a global request sent to one member (a name from
+// Members; "" for a Client of one server).
+func callOn[R messages.Reply](ctx context.Context, c *Client, member string, req messages.Request) (R, error) {
+	if c.sendTo == nil || member == "" {
+		return call[R](ctx, c, req)
+	}
+	cc := *c
+	cc.send = func(ctx context.Context, req messages.Request, timeout time.Duration) (any, error) {
+		return c.sendTo(ctx, member, req, timeout)
+	}
+	return call[R](ctx, &cc, req)
+}

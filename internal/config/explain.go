@@ -71,6 +71,19 @@ func (f *File) explainOverrides(key string, depth int, add func(int, string, Ori
 		for _, o := range f.Tokens.Scopes {
 			items = append(items, []kv{{"prefix", &o.Prefix}, {"counter", &o.Counter}})
 		}
+	case "hooks":
+		for _, h := range f.Hooks {
+			it := []kv{{"name", &h.Name}, {"on", &h.On}}
+			for _, hk := range []struct {
+				k string
+				v *string
+			}{{"scope_prefix", &h.ScopePrefix}, {"goal_prefix", &h.GoalPrefix}, {"actor", &h.Actor}, {"kind", &h.Kind}, {"identity", &h.Identity}} {
+				if *hk.v != "" {
+					it = append(it, kv{hk.k, hk.v})
+				}
+			}
+			items = append(items, append(it, kv{"timeout", &h.Timeout}))
+		}
 	case "retention.overrides":
 		for _, o := range f.Retention.Overrides {
 			it := []kv{{"scope_prefix", &o.ScopePrefix}}

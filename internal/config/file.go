@@ -31,6 +31,7 @@ type File struct {
 	Cluster        Cluster
 	Retention      Retention
 	Expiry         Expiry
+	Hooks          []Hook
 
 	// Sources lists the files read, the named one first, then each base.
 	Sources []string

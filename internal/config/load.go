@@ -257,6 +257,10 @@ func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string
 		}
 		s := settingFor(key)
 		switch {
+		case s != nil && s.overrides && key == "hooks":
+			if err := f.applyHooks(key, v, o, files); err != nil {
+				return err
+			}
 		case s != nil && s.overrides && key == "tokens.scopes":
 			if err := f.applyTokenScopes(key, v, o, files); err != nil {
 				return err

@@ -117,6 +117,7 @@ var settings = func() []setting {
 		setting{key: "retention.overrides", overrides: true},
 		setting{key: "expiry.inactive_after", spec: nonNegative(), field: func(f *File) any { return &f.Expiry.Default.InactiveAfter }},
 		setting{key: "expiry.overrides", overrides: true},
+		setting{key: "hooks", overrides: true},
 	)
 	return s
 }()

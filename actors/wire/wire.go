@@ -164,8 +164,9 @@ func register(name string, make func() any) {
 	v := make()
 	_, isRequest := v.(messages.Request)
 	_, isReply := v.(messages.Reply)
-	if !isRequest && !isReply {
-		panic(fmt.Sprintf("wire: %T is neither a request nor a reply", v))
+	_, isNote := v.(messages.Notification)
+	if !isRequest && !isReply && !isNote {
+		panic(fmt.Sprintf("wire: %T is neither a request, a reply nor a notification", v))
 	}
 	if _, dup := byName[name]; dup {
 		panic(fmt.Sprintf("wire: type name %q registered twice", name))
@@ -187,6 +188,9 @@ func init() {
 		register(op.ReplyName, func() any { return op.NewReply() })
 	}
 	register(FailureType, func() any { return new(Failure) })
+	// Notifications a server sends on its own (hooks) and their answers.
+	register((*messages.HookNotification)(nil).NotificationName(), func() any { return new(messages.HookNotification) })
+	register((*messages.HookAck)(nil).NotificationName(), func() any { return new(messages.HookAck) })
 }
 
 // marshal and unmarshal are the store's msgpack codec: compact integers,

@@ -84,7 +84,7 @@ func onTheWire(t *testing.T, m *wire.Message) *wire.Message {
 
 func TestEveryTypeRoundTrips(t *testing.T) {
 	names := wire.Names()
-	require.Len(t, names, 43, "21 requests, 21 replies and Failure")
+	require.Len(t, names, 45, "21 requests, 21 replies, Failure and 2 hook notifications")
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v, ok := wire.New(name)
@@ -231,5 +231,6 @@ func TestWireNamesNeverChange(t *testing.T) {
 		"RecordUsageReply", "StartToolCallReply", "FinishToolCallReply", "ContextPack", "SuspensionToken",
 		"ResumeFrameReply", "CompactionResult", "ActorResumeState", "GetFrameReply", "GetStackReply",
 		"ApplyRetentionReply", "DestroyScopeReply", "SearchChainReply", "ContinueFrameReply", "GetChainReply", "ResumeChainReply", wire.FailureType,
+		"HookNotification", "HookAck",
 	}, wire.Names())
 }

@@ -204,3 +204,14 @@ func prefixEnd(prefix []byte) []byte {
 	}
 	return nil
 }
+
+var _ CommitWatcher = (*BoltStore)(nil)
+
+// WatchCommits implements CommitWatcher. fn runs on the committer's
+// goroutine after each commit that wrote records (journal on: once the
+// frame is synced and its records are in the overlay; off: once the bbolt
+// transaction is), after that commit's appends were answered; it delays
+// the next commit, so it must be quick.
+func (s *BoltStore) WatchCommits(fn func(lastSeq uint64)) (stop func()) {
+	return s.watch.add(fn)
+}

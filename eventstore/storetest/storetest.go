@@ -64,6 +64,9 @@ func Run(t *testing.T, open Opener) {
 		{"TablesBadInput", testTablesBadInput},
 		{"TablesScan", testTablesScan},
 		{"TablesClosed", testTablesClosed},
+		{"WatchEveryCommit", testWatchEveryCommit},
+		{"WatchReadable", testWatchReadable},
+		{"WatchStop", testWatchStop},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

@@ -67,6 +67,7 @@ func Run(t *testing.T, open Opener) {
 		{"WatchEveryCommit", testWatchEveryCommit},
 		{"WatchReadable", testWatchReadable},
 		{"WatchStop", testWatchStop},
+		{"RemovedThrough", testRemovedThrough},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

@@ -70,7 +70,8 @@ var knownBuckets = map[string]bool{
 	"identity":    false,
 	"index":       true,
 	"bases":       false,
-	"tables":      true, // one nested bucket per table (eventstore.Tables)
+	"tables":      true,  // one nested bucket per table (eventstore.Tables)
+	"removed":     false, // how far each stream's removal reached (eventstore.RemovalReporter)
 }
 
 // Range is a span of bytes in the data file.

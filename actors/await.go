@@ -403,3 +403,13 @@ func (s *shard) unparkAll(c actor.Context) {
 	}
 	pk.scopes, pk.dl, pk.n, pk.at = nil, nil, 0, time.Time{}
 }
+
+// ParkedAwaits is how many AwaitFrame requests the server's shards hold
+// parked, as each shard last saw it.
+func (s *Server) ParkedAwaits() int {
+	n := int64(0)
+	for _, g := range s.gates {
+		n += g.parked.Load()
+	}
+	return int(n)
+}

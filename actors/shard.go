@@ -74,6 +74,7 @@ type gate struct {
 	max     int64
 	mailbox atomic.Int64
 	pending atomic.Int64 // held requests + busy scopes, as the shard last saw it
+	parked  atomic.Int64 // parked awaits (not pending: they hold no scope)
 }
 
 // enter admits one request into the shard's mailbox, or refuses it.
@@ -161,6 +162,7 @@ func (s *shard) Receive(c actor.Context) {
 		}
 	}
 	s.gate.pending.Store(int64(s.held + len(s.waiting)))
+	s.gate.parked.Store(int64(s.parked.n))
 }
 
 func (s *shard) request(c actor.Context, m messages.Request, to replyTo) {

@@ -221,6 +221,21 @@ func TestAwaitFrameTimesOut(t *testing.T) {
 	assert.True(t, r.TimedOut)
 	assert.NoError(t, cctx.Err(), "the reply came before the deadline")
 	assert.Zero(t, e.srv.ParkedAwaits())
+
+	// A huge Wait sent raw is cut to frames.MaxAwaitWait: parked (not
+	// overflowed into a deadline in the past), answered by the frame's end.
+	ch := make(chan awaited, 1)
+	go func() {
+		raw, err := e.c.Do(ctx, &messages.AwaitFrame{Header: h, FrameID: id, Wait: 1<<63 - 1})
+		r, _ := raw.(*messages.AwaitFrameReply)
+		ch <- awaited{r, err}
+	}()
+	parked(t, e.srv, 1)
+	_, err = e.c.PopFrame(ctx, &messages.PopFrame{Header: mut("slow"), FrameID: id, Status: frames.StatusCompleted})
+	require.NoError(t, err)
+	a := answer(t, ch)
+	require.NoError(t, a.err)
+	assert.True(t, a.r.Terminal)
 }
 
 // TestAwaitFrameManyWaiters: many waits on one frame are answered by its
@@ -348,4 +363,31 @@ func TestAwaitFrameAcrossARestart(t *testing.T) {
 	assert.Equal(t, a.r.Results, r.Results, "the answer from the log is the answer the wake gave")
 	assert.Equal(t, a.r.FinishedAt, r.FinishedAt)
 	assert.Zero(t, e.srv.ParkedAwaits())
+}
+
+// TestRemoteAwaitFrame: over remoting, a wait times out, is woken by its
+// frame's end, and an unknown frame is not found.
+func TestRemoteAwaitFrame(t *testing.T) {
+	p := newRemotePair(t)
+	c := p.c
+	h := messages.Header{Scope: "remote-await"}
+	id := pushRoot(t, c, "remote-await", "far away")
+	r, err := c.AwaitFrame(ctx, &messages.AwaitFrame{Header: h, FrameID: id, Wait: 30 * time.Millisecond})
+	require.NoError(t, err)
+	assert.True(t, r.TimedOut)
+	assert.Equal(t, frames.StatusActive, r.Status)
+
+	ch := awaitAsync(c, "remote-await", id)
+	_, err = c.AddResult(ctx, &messages.AddResult{Header: mut("remote-await"), FrameID: id, Kind: "k", Ref: "over the wire"})
+	require.NoError(t, err)
+	_, err = c.PopFrame(ctx, &messages.PopFrame{Header: mut("remote-await"), FrameID: id, Status: frames.StatusCompleted})
+	require.NoError(t, err)
+	a := answer(t, ch)
+	require.NoError(t, a.err)
+	assert.True(t, a.r.Terminal)
+	require.Len(t, a.r.Results, 1)
+	assert.Equal(t, "over the wire", a.r.Results[0].Ref)
+
+	_, err = c.AwaitFrame(ctx, &messages.AwaitFrame{Header: h, FrameID: "nope"})
+	assert.ErrorIs(t, err, actors.ErrFrameNotFound)
 }

@@ -220,7 +220,7 @@ func TestAwaitFrameTimesOut(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, r.TimedOut)
 	assert.NoError(t, cctx.Err(), "the reply came before the deadline")
-	assert.Zero(t, e.srv.ParkedAwaits())
+	parked(t, e.srv, 0)
 
 	// A huge Wait sent raw is cut to frames.MaxAwaitWait: parked (not
 	// overflowed into a deadline in the past), answered by the frame's end.
@@ -305,7 +305,7 @@ func TestAwaitFrameOfADestroyedScope(t *testing.T) {
 	assert.ErrorIs(t, a.err, actors.ErrFrameNotFound)
 	_, err = e.c.AwaitFrame(ctx, &messages.AwaitFrame{Header: messages.Header{Scope: "doomed"}, FrameID: id})
 	assert.ErrorIs(t, err, actors.ErrFrameNotFound)
-	assert.Zero(t, e.srv.ParkedAwaits())
+	parked(t, e.srv, 0)
 }
 
 // TestAwaitFrameBounded: parked waits beyond MaxWaiters are refused

@@ -33,6 +33,11 @@ type Config struct {
 	// one in flight. Past it a request is answered ErrOverloaded at once
 	// (not applied; safe to retry) instead of queueing without limit.
 	MaxPending int
+	// MaxWaiters bounds each shard's parked AwaitFrame requests (default
+	// 100,000; each costs a few hundred bytes and no goroutine). They are
+	// not counted in MaxPending: a parked wait holds no scope. Past it an
+	// await is answered ErrOverloaded.
+	MaxWaiters int
 	// SnapshotEvery is how many events of a scope pass between snapshots.
 	SnapshotEvery int64
 	// RequestHorizon is how long a scope remembers a committed request id:
@@ -97,6 +102,7 @@ func DefaultConfig() Config {
 		CacheScopes:    4096,
 		CacheBytes:     256 << 20,
 		MaxPending:     10_000,
+		MaxWaiters:     100_000,
 		SnapshotEvery:  1000,
 		RequestHorizon: time.Duration(frames.DefaultRequestHorizon),
 		ClockSkew:      time.Duration(frames.DefaultClockSkew),
@@ -132,6 +138,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = d.MaxPending
+	}
+	if c.MaxWaiters <= 0 {
+		c.MaxWaiters = d.MaxWaiters
 	}
 	if c.SnapshotEvery <= 0 {
 		c.SnapshotEvery = d.SnapshotEvery

@@ -569,6 +569,11 @@ func init() {
 			return replied(one(f))
 		}),
 
+		// AwaitFrame: the core resolves the chain head and whether it
+		// ended; an ended head's record is read from the log, a live one
+		// parks the request in its shard (await.go).
+		messages.OpAwaitFrame: readOrJob((*handler).await),
+
 		// ResumeChain reads its chain's finished head from the log first
 		// (prepare), then decides the new link.
 		messages.OpResumeChain: func() opEntry {

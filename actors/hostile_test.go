@@ -884,6 +884,39 @@ func TestHostileInputCatalogue(t *testing.T) {
 			return err
 		}, actors.ErrVersionConflict, nil},
 
+		// AwaitFrame: its frame is required and valid, its Wait not negative;
+		// an unknown scope or a frame of another scope is not found at once.
+		{"await with an empty frame id", func() error {
+			_, err := c.AwaitFrame(ctx, &messages.AwaitFrame{Header: messages.Header{Scope: s}})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"await of a frame id with NUL", func() error {
+			_, err := c.AwaitFrame(ctx, &messages.AwaitFrame{Header: messages.Header{Scope: s}, FrameID: root + "\x00"})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"await with a negative wait", func() error {
+			_, err := c.AwaitFrame(ctx, &messages.AwaitFrame{Header: messages.Header{Scope: s}, FrameID: root, Wait: -time.Second})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"await in an unknown scope", func() error {
+			_, err := c.AwaitFrame(ctx, &messages.AwaitFrame{Header: messages.Header{Scope: "never-written"}, FrameID: root, Wait: time.Minute})
+			return err
+		}, actors.ErrFrameNotFound, nil},
+		{"await in an invalid scope", func() error {
+			_, err := c.AwaitFrame(ctx, &messages.AwaitFrame{Header: messages.Header{Scope: "no spaces"}, FrameID: root})
+			return err
+		}, actors.ErrInvalidScope, nil},
+		{"await of a frame of another scope", func() error {
+			return sameAsUnknown(t, otherRoot, func(id string) error {
+				_, err := c.AwaitFrame(ctx, &messages.AwaitFrame{Header: messages.Header{Scope: s}, FrameID: id, Wait: time.Minute})
+				return err
+			})
+		}, actors.ErrFrameNotFound, nil},
+		{"await with a request id", func() error {
+			_, err := c.AwaitFrame(ctx, &messages.AwaitFrame{Header: messages.Header{Scope: s, RequestID: "r-1"}, FrameID: root})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+
 		// The data file: a damaged scope, a truncated file, a held file.
 		{"a scope whose log is damaged: read", func() error {
 			_, err := ed.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "victim"}})

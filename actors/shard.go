@@ -25,6 +25,7 @@ type shard struct {
 	waiting map[string][]envelope // busy scopes → requests held
 	held    int                   // requests held in waiting
 	drains  []*actor.PID          // Drain requests answered once nothing is in flight
+	parked  parking               // AwaitFrame's parked waits (await.go)
 }
 
 type envelope struct {
@@ -51,6 +52,9 @@ type outcome struct {
 	// req, when set, is the request the outcome answers, if not the one
 	// that led to it (a request that waited for its scope's recount).
 	req messages.Request
+	// park, when set, parks a wait in the shard (await.go): the scope
+	// stays free.
+	park *parkAwait
 }
 
 // job is I/O a request needs: run on a goroutine of its own (it touches
@@ -70,6 +74,7 @@ type gate struct {
 	max     int64
 	mailbox atomic.Int64
 	pending atomic.Int64 // held requests + busy scopes, as the shard last saw it
+	parked  atomic.Int64 // parked awaits (not pending: they hold no scope)
 }
 
 // enter admits one request into the shard's mailbox, or refuses it.
@@ -124,7 +129,11 @@ func (s *shard) Receive(c actor.Context) {
 		s.request(c, m, replyTo{pid: c.Sender()})
 	case *committed:
 		scope := m.w.e.st.Scope
-		if !s.run(c, scope, m.w.req, m.to, s.h.afterWrite(m.w, s.h.finish(m.w, m.res, m.err))) {
+		reply := s.h.finish(m.w, m.res, m.err)
+		if e, ok := s.h.cache.Peek(scope); ok && m.err == nil && e == m.w.e && e.st.Version == m.res.LastVersion {
+			s.awaitWrite(c, e.st, m.w.evs) // applied: its waits may have ended
+		}
+		if !s.run(c, scope, m.w.req, m.to, s.h.afterWrite(m.w, reply)) {
 			s.resume(c, scope)
 		}
 	case *jobDone:
@@ -137,17 +146,23 @@ func (s *shard) Receive(c actor.Context) {
 		} else if c.Sender() != nil {
 			s.drains = append(s.drains, c.Sender())
 		}
+	case *awaitTick:
+		s.expire(c)
 	case *actor.Started:
 		s.waiting = map[string][]envelope{}
+		s.parked.max = s.h.cfg.MaxWaiters
 		self, root := c.Self(), c.ActorSystem().Root
 		s.h.send = func(m any) { root.Send(self, m) } // a recount's result comes back as a request
-	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
+	case *actor.Stopping, *actor.Restarting:
+		s.unparkAll(c)
+	case *actor.Stopped:
 	default:
 		if c.Sender() != nil {
 			c.Respond(failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)))
 		}
 	}
 	s.gate.pending.Store(int64(s.held + len(s.waiting)))
+	s.gate.parked.Store(int64(s.parked.n))
 }
 
 func (s *shard) request(c actor.Context, m messages.Request, to replyTo) {
@@ -212,6 +227,9 @@ func (s *shard) run(c actor.Context, scope string, req messages.Request, to repl
 	case o.job != nil:
 		j := o.job
 		go func() { root.Send(self, &jobDone{job: j, req: req, to: to, v: j.run()}) }()
+	case o.park != nil:
+		s.park(c, o.park, to)
+		return false
 	default:
 		s.reply(c, to, req, o.reply)
 		return false

@@ -28,6 +28,7 @@ const (
 	OpContinueFrame
 	OpGetChain
 	OpResumeChain
+	OpAwaitFrame
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -100,6 +101,8 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(GetChain) }, NewReply: func() Reply { return new(GetChainReply) }},
 	OpResumeChain: {Name: "ResumeChain", ReplyName: "ResumeChainReply", Mutates: true,
 		NewRequest: func() Request { return new(ResumeChain) }, NewReply: func() Reply { return new(ResumeChainReply) }},
+	OpAwaitFrame: {Name: "AwaitFrame", ReplyName: "AwaitFrameReply",
+		NewRequest: func() Request { return new(AwaitFrame) }, NewReply: func() Reply { return new(AwaitFrameReply) }},
 }
 
 func init() {

@@ -28,6 +28,10 @@ const (
 	OpContinueFrame
 	OpGetChain
 	OpResumeChain
+	OpSubscribe
+	OpReadEvents
+	OpAckEvents
+	OpUnsubscribe
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -100,6 +104,14 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(GetChain) }, NewReply: func() Reply { return new(GetChainReply) }},
 	OpResumeChain: {Name: "ResumeChain", ReplyName: "ResumeChainReply", Mutates: true,
 		NewRequest: func() Request { return new(ResumeChain) }, NewReply: func() Reply { return new(ResumeChainReply) }},
+	OpSubscribe: {Name: "Subscribe", ReplyName: "SubscribeReply", Global: true,
+		NewRequest: func() Request { return new(Subscribe) }, NewReply: func() Reply { return new(SubscribeReply) }},
+	OpReadEvents: {Name: "ReadEvents", ReplyName: "ReadEventsReply", Global: true,
+		NewRequest: func() Request { return new(ReadEvents) }, NewReply: func() Reply { return new(ReadEventsReply) }},
+	OpAckEvents: {Name: "AckEvents", ReplyName: "AckEventsReply", Global: true,
+		NewRequest: func() Request { return new(AckEvents) }, NewReply: func() Reply { return new(AckEventsReply) }},
+	OpUnsubscribe: {Name: "Unsubscribe", ReplyName: "UnsubscribeReply", Global: true,
+		NewRequest: func() Request { return new(Unsubscribe) }, NewReply: func() Reply { return new(UnsubscribeReply) }},
 }
 
 func init() {

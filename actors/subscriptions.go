@@ -102,7 +102,28 @@ type (
 		reply messages.Reply
 	}
 	subStop struct{}
+	// subStats asks for SubscriptionStats.
+	subStats struct{}
 )
+
+// SubscriptionStats is what the subscription service holds: parked long
+// polls, reads in flight and queued. It holds no events between reads.
+type SubscriptionStats struct {
+	Parked, Reading, Queued int
+	Head                    uint64
+}
+
+// SubscriptionStats reports the subscription service's load.
+func (s *Server) SubscriptionStats() SubscriptionStats {
+	if s.subs == nil {
+		return SubscriptionStats{}
+	}
+	r, err := s.sys.Root.RequestFuture(s.subs.pid, &subStats{}, 10*time.Second).Result()
+	if st, ok := r.(*SubscriptionStats); ok && err == nil {
+		return *st
+	}
+	return SubscriptionStats{}
+}
 
 // startSubscriptions spawns the service and registers it for its operations.
 func (s *Server) startSubscriptions() {
@@ -141,6 +162,8 @@ func (svc *subService) Receive(c actor.Context) {
 			}
 		}
 		c.Respond(&subStop{})
+	case *subStats:
+		c.Respond(&SubscriptionStats{Parked: len(svc.parked), Reading: svc.running, Queued: len(svc.queue), Head: svc.head})
 	case *subAdvanced:
 		if m.seq > svc.head {
 			svc.head = m.seq

@@ -52,8 +52,12 @@ type subService struct {
 	store  eventstore.Store
 	tables eventstore.Tables // nil: durable subscriptions are not served
 	cfg    Config
-	pid    *actor.PID
+	pid    *actor.PID // for the Server (set by startSubscriptions)
 	root   *actor.RootContext
+
+	// self is the actor's own PID, set when it starts (the goroutines it
+	// launches report to it).
+	self *actor.PID
 
 	// Owned by the actor's goroutine.
 	head     uint64
@@ -149,6 +153,7 @@ func (svc *subService) stop() {
 func (svc *subService) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
+		svc.self = c.Self()
 		svc.watch()
 	case *actor.Stopping:
 		svc.unwatch()
@@ -156,11 +161,12 @@ func (svc *subService) Receive(c actor.Context) {
 		svc.stopping = true
 		svc.unwatch()
 		for id, p := range svc.parked {
-			if !p.reading && !p.queued {
+			if !p.reading { // a read in flight answers when it ends
 				svc.answer(c, p, readResult{next: p.from, head: svc.head})
 				delete(svc.parked, id)
 			}
 		}
+		svc.queue = nil // no read starts after this: stop waits for those in flight
 		c.Respond(&subStop{})
 	case *subStats:
 		c.Respond(&SubscriptionStats{Parked: len(svc.parked), Reading: svc.running, Queued: len(svc.queue), Head: svc.head})
@@ -204,7 +210,7 @@ func (svc *subService) Receive(c actor.Context) {
 
 // watch subscribes to the store's commits, or polls its last sequence.
 func (svc *subService) watch() {
-	pid, root := svc.pid, svc.root
+	pid, root := svc.self, svc.root
 	if w, ok := svc.store.(eventstore.CommitWatcher); ok {
 		svc.stopWatch = w.WatchCommits(func(seq uint64) { root.Send(pid, &subAdvanced{seq: seq}) })
 		return
@@ -289,7 +295,7 @@ func (svc *subService) readEvents(c actor.Context, r *messages.ReadEvents, to re
 	}
 	if r.Wait > 0 {
 		p.deadline = time.Now().Add(r.Wait)
-		id, pid, root := p.id, svc.pid, svc.root
+		id, pid, root := p.id, svc.self, svc.root
 		p.timer = time.AfterFunc(r.Wait, func() { root.Send(pid, &subExpire{id: id}) })
 	}
 	svc.parked[p.id] = p
@@ -351,7 +357,7 @@ func (svc *subService) startRead(c actor.Context, p *poll) {
 	p.reading, p.again = true, false
 	svc.running++
 	spec := readSpec{name: p.name, filter: p.filter, from: p.from, max: p.max, maxBytes: p.maxBytes, fromNow: p.req.FromNow}
-	pid, root := svc.pid, svc.root
+	pid, root := svc.self, svc.root
 	svc.jobs.Add(1)
 	go func() {
 		defer svc.jobs.Done()
@@ -522,7 +528,7 @@ func (svc *subService) tableJob(c actor.Context, req messages.Request, to replyT
 		to.send(c, req, failure(req, noTables()))
 		return
 	}
-	pid, root := svc.pid, svc.root
+	pid, root := svc.self, svc.root
 	svc.jobs.Add(1)
 	go func() {
 		defer svc.jobs.Done()

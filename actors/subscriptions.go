@@ -252,11 +252,11 @@ func (svc *subService) request(c actor.Context, req messages.Request, to replyTo
 	case *messages.ReadEvents:
 		svc.readEvents(c, r, to)
 	case *messages.Subscribe:
-		svc.tableJob(c, req, to, func() messages.Reply { return svc.subscribe(r) })
+		svc.tableJob(c, req, to, checkSubscribe(r), func() messages.Reply { return svc.subscribe(r) })
 	case *messages.AckEvents:
-		svc.tableJob(c, req, to, func() messages.Reply { return svc.ack(r) })
+		svc.tableJob(c, req, to, checkAck(r), func() messages.Reply { return svc.ack(r) })
 	case *messages.Unsubscribe:
-		svc.tableJob(c, req, to, func() messages.Reply { return svc.unsubscribe(r) })
+		svc.tableJob(c, req, to, checkNamed(r, r.Name), func() messages.Reply { return svc.unsubscribe(r) })
 	default:
 		to.send(c, req, failure(req, errUnknown(req)))
 	}
@@ -523,7 +523,11 @@ func storeErr(err error) *messages.Error {
 
 // tableJob runs a durable subscription's table work off the actor's
 // goroutine and answers from the actor.
-func (svc *subService) tableJob(c actor.Context, req messages.Request, to replyTo, run func() messages.Reply) {
+func (svc *subService) tableJob(c actor.Context, req messages.Request, to replyTo, bad *messages.Error, run func() messages.Reply) {
+	if bad != nil {
+		to.send(c, req, failure(req, bad))
+		return
+	}
 	if svc.tables == nil {
 		to.send(c, req, failure(req, noTables()))
 		return
@@ -556,20 +560,37 @@ func (svc *subService) putSub(ctx context.Context, name string, rec subRecord) e
 	return svc.tables.TableWrite(ctx, subscriptionsTable, []eventstore.TableOp{{Key: []byte(name), Value: v}})
 }
 
+func checkNamed(req messages.Request, name string) *messages.Error {
+	if e := checkGlobal(req); e != nil {
+		return e
+	}
+	return messages.CheckSubscriptionName(name)
+}
+
+func checkSubscribe(r *messages.Subscribe) *messages.Error {
+	if e := checkNamed(r, r.Name); e != nil {
+		return e
+	}
+	if e := r.Filter.Check(); e != nil {
+		return e
+	}
+	if r.FromNow && r.From != 0 {
+		return messages.Errorf(messages.CodeInvalidArgument, "a subscription starts from a position or from now, not both")
+	}
+	return nil
+}
+
+func checkAck(r *messages.AckEvents) *messages.Error {
+	if e := checkNamed(r, r.Name); e != nil {
+		return e
+	}
+	if r.Position == 0 {
+		return messages.Errorf(messages.CodeInvalidArgument, "an ack's position is the next sequence needed: at least 1")
+	}
+	return nil
+}
+
 func (svc *subService) subscribe(r *messages.Subscribe) messages.Reply {
-	e := checkGlobal(r)
-	if e == nil {
-		e = messages.CheckSubscriptionName(r.Name)
-	}
-	if e == nil {
-		e = r.Filter.Check()
-	}
-	if e == nil && r.FromNow && r.From != 0 {
-		e = messages.Errorf(messages.CodeInvalidArgument, "a subscription starts from a position or from now, not both")
-	}
-	if e != nil {
-		return failure(r, e)
-	}
 	ctx := context.Background()
 	svc.tableMu.Lock()
 	defer svc.tableMu.Unlock()
@@ -606,16 +627,6 @@ func (svc *subService) subscribe(r *messages.Subscribe) messages.Reply {
 }
 
 func (svc *subService) ack(r *messages.AckEvents) messages.Reply {
-	e := checkGlobal(r)
-	if e == nil {
-		e = messages.CheckSubscriptionName(r.Name)
-	}
-	if e == nil && r.Position == 0 {
-		e = messages.Errorf(messages.CodeInvalidArgument, "an ack's position is the next sequence needed: at least 1")
-	}
-	if e != nil {
-		return failure(r, e)
-	}
 	ctx := context.Background()
 	svc.tableMu.Lock()
 	defer svc.tableMu.Unlock()
@@ -644,13 +655,6 @@ func (svc *subService) ack(r *messages.AckEvents) messages.Reply {
 }
 
 func (svc *subService) unsubscribe(r *messages.Unsubscribe) messages.Reply {
-	e := checkGlobal(r)
-	if e == nil {
-		e = messages.CheckSubscriptionName(r.Name)
-	}
-	if e != nil {
-		return failure(r, e)
-	}
 	ctx := context.Background()
 	svc.tableMu.Lock()
 	defer svc.tableMu.Unlock()

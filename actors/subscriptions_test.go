@@ -16,6 +16,7 @@ import (
 	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/internal/proctest"
 	"github.com/stateindex/stateindex/messages"
 )
 
@@ -599,4 +600,108 @@ func TestStopAnswersParkedPolls(t *testing.T) {
 		t.Fatal("a parked poll outlived Stop")
 	}
 	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+// Over remoting: a durable subscription long-polls a StateIndex in another
+// process, receives every event in order, and a second one resumes after
+// the first's acknowledgement; a handler-less Target actor works too.
+func TestRemoteSubscription(t *testing.T) {
+	p := newRemotePair(t)
+	for i := range 5 {
+		work(t, p.c, fmt.Sprintf("r%d", i))
+	}
+	k := newCollector()
+	sub, err := p.c.Subscribe(ctx, actors.SubscribeOptions{Name: "remote", Handler: k.handle, Wait: time.Second})
+	require.NoError(t, err)
+	got := k.wait(t, 10)
+	work(t, p.c, "late") // delivered by a long poll
+	got = k.wait(t, 12)
+	require.NoError(t, sub.Close())
+	for i, s := range got {
+		require.Equal(t, uint64(i+1), s)
+	}
+	assert.Equal(t, map[string]uint64{"": 13}, sub.Positions())
+
+	work(t, p.c, "after")
+	// The Target form: an actor that answers each event.
+	seen := make(chan uint64, 16)
+	pid := p.cliSys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if ev, ok := c.Message().(*messages.SubscribedEvent); ok {
+			seen <- ev.Seq
+			c.Respond(true)
+		}
+	}))
+	defer p.cliSys.Root.Stop(pid)
+	sub2, err := p.c.Subscribe(ctx, actors.SubscribeOptions{Name: "remote", Target: pid, Wait: time.Second})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(13), <-seen, "resumed after the acknowledged position")
+	assert.Equal(t, uint64(14), <-seen)
+	require.NoError(t, sub2.Close())
+}
+
+// In a node-local cluster each member has its own sequence: a subscription
+// across two members holds one position per member and receives every
+// event of scopes homed on both, in order per member.
+func TestClusterSubscriptionAcrossMembers(t *testing.T) {
+	ports := proctest.FreePorts(t, 2, true)
+	members := []string{fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	cc := actors.ClusterConfig{Name: "subs", Members: members, Shards: 2, HealthInterval: 200 * time.Millisecond, RequestTimeout: 5 * time.Second,
+		Logger: testConfig(newFakeClock()).Logger}
+	var nodes []*actors.ClusterNode
+	stores := map[string]eventstore.Store{}
+	for _, m := range members {
+		sys := quietSystem()
+		store := eventstore.NewMemory()
+		stores[m] = store
+		n, err := actors.StartMember(sys, store, testConfig(newFakeClock()), cc, m)
+		require.NoError(t, err)
+		nodes = append(nodes, n)
+	}
+	defer func() {
+		for _, n := range nodes {
+			n.Stop()
+		}
+	}()
+	// The first member polled the second's health before it was up: wait
+	// for it to be seen (a health poll, not an actor).
+	require.Eventually(t, func() bool { return len(nodes[0].Live()) == 2 }, 10*time.Second, 50*time.Millisecond)
+	c := nodes[0].Client()
+	require.ElementsMatch(t, members, c.Members())
+	homes := map[string]int{}
+	var scopes []string
+	for i := 0; homes[members[0]] < 3 || homes[members[1]] < 3; i++ {
+		s := fmt.Sprintf("agent-%d", i)
+		homes[actors.HomeOf(s, members)]++
+		scopes = append(scopes, s)
+	}
+	for _, s := range scopes {
+		work(t, c, s)
+	}
+	var mu sync.Mutex
+	per := map[string][]uint64{}
+	all := make(chan struct{}, 1000)
+	sub, err := c.Subscribe(ctx, actors.SubscribeOptions{Name: "across", Filter: messages.EventFilter{Prefix: "agent-"}, Wait: time.Second,
+		Handler: func(_ context.Context, ev messages.SubscribedEvent) error {
+			mu.Lock()
+			home := actors.HomeOf(ev.Scope, members)
+			per[home] = append(per[home], ev.Seq)
+			mu.Unlock()
+			all <- struct{}{}
+			return nil
+		}})
+	require.NoError(t, err)
+	for range 2 * len(scopes) {
+		select {
+		case <-all:
+		case <-time.After(20 * time.Second):
+			t.Fatal("not every event arrived")
+		}
+	}
+	require.NoError(t, sub.Close())
+	pos := sub.Positions()
+	for _, m := range members {
+		want := expected(t, stores[m], messages.EventFilter{Prefix: "agent-"}, 1)
+		assert.Equal(t, want, per[m], "member %s: every event of its scopes, in its order", m)
+		assert.Equal(t, want[len(want)-1]+1, pos[m], "member %s's own position", m)
+	}
 }

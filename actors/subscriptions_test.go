@@ -16,7 +16,6 @@ import (
 	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
-	"github.com/stateindex/stateindex/internal/proctest"
 	"github.com/stateindex/stateindex/messages"
 )
 
@@ -637,71 +636,4 @@ func TestRemoteSubscription(t *testing.T) {
 	assert.Equal(t, uint64(13), <-seen, "resumed after the acknowledged position")
 	assert.Equal(t, uint64(14), <-seen)
 	require.NoError(t, sub2.Close())
-}
-
-// In a node-local cluster each member has its own sequence: a subscription
-// across two members holds one position per member and receives every
-// event of scopes homed on both, in order per member.
-func TestClusterSubscriptionAcrossMembers(t *testing.T) {
-	ports := proctest.FreePorts(t, 2, true)
-	members := []string{fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	cc := actors.ClusterConfig{Name: "subs", Members: members, Shards: 2, HealthInterval: 200 * time.Millisecond, RequestTimeout: 5 * time.Second,
-		Logger: testConfig(newFakeClock()).Logger}
-	var nodes []*actors.ClusterNode
-	stores := map[string]eventstore.Store{}
-	for _, m := range members {
-		sys := quietSystem()
-		store := eventstore.NewMemory()
-		stores[m] = store
-		n, err := actors.StartMember(sys, store, testConfig(newFakeClock()), cc, m)
-		require.NoError(t, err)
-		nodes = append(nodes, n)
-	}
-	defer func() {
-		for _, n := range nodes {
-			n.Stop()
-		}
-	}()
-	// The first member polled the second's health before it was up: wait
-	// for it to be seen (a health poll, not an actor).
-	require.Eventually(t, func() bool { return len(nodes[0].Live()) == 2 }, 10*time.Second, 50*time.Millisecond)
-	c := nodes[0].Client()
-	require.ElementsMatch(t, members, c.Members())
-	homes := map[string]int{}
-	var scopes []string
-	for i := 0; homes[members[0]] < 3 || homes[members[1]] < 3; i++ {
-		s := fmt.Sprintf("agent-%d", i)
-		homes[actors.HomeOf(s, members)]++
-		scopes = append(scopes, s)
-	}
-	for _, s := range scopes {
-		work(t, c, s)
-	}
-	var mu sync.Mutex
-	per := map[string][]uint64{}
-	all := make(chan struct{}, 1000)
-	sub, err := c.Subscribe(ctx, actors.SubscribeOptions{Name: "across", Filter: messages.EventFilter{Prefix: "agent-"}, Wait: time.Second,
-		Handler: func(_ context.Context, ev messages.SubscribedEvent) error {
-			mu.Lock()
-			home := actors.HomeOf(ev.Scope, members)
-			per[home] = append(per[home], ev.Seq)
-			mu.Unlock()
-			all <- struct{}{}
-			return nil
-		}})
-	require.NoError(t, err)
-	for range 2 * len(scopes) {
-		select {
-		case <-all:
-		case <-time.After(20 * time.Second):
-			t.Fatal("not every event arrived")
-		}
-	}
-	require.NoError(t, sub.Close())
-	pos := sub.Positions()
-	for _, m := range members {
-		want := expected(t, stores[m], messages.EventFilter{Prefix: "agent-"}, 1)
-		assert.Equal(t, want, per[m], "member %s: every event of its scopes, in its order", m)
-		assert.Equal(t, want[len(want)-1]+1, pos[m], "member %s's own position", m)
-	}
 }

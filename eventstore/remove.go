@@ -176,8 +176,11 @@ func (s *BoltStore) RemovePrefix(ctx context.Context, stream string, through int
 			if err != nil {
 				return err
 			}
-			st, err = removeIn(bk, stream, through, first, o, removeBatch)
-			return err
+			before := readRemovedSeq(bk.meta)
+			if st, err = removeIn(bk, stream, through, first, o, removeBatch); err != nil {
+				return err
+			}
+			return noteRemovedThrough(tx, bk, before, st.seq)
 		})
 		if st.base != nil {
 			res.Base = *st.base
@@ -200,9 +203,10 @@ func (s *BoltStore) RemovePrefix(ctx context.Context, stream string, through int
 
 // removeStep is what one transaction did to one stream.
 type removeStep struct {
-	base *Base // the stream's base after it
-	n    int64 // records deleted
-	done bool  // nothing left at or below the base
+	base *Base  // the stream's base after it
+	n    int64  // records deleted
+	done bool   // nothing left at or below the base
+	seq  uint64 // the global sequence of the new base's record (0: the base did not move)
 }
 
 // removeIn does one transaction's share of a removal: the first sets the
@@ -242,11 +246,19 @@ func removeIn(bk *buckets, stream string, through int64, first bool, o removeOpt
 		if !ok {
 			return st, corrupt(stream, through, "record is missing")
 		}
+		var rf recordFields
+		if err := parseRecord(raw, &rf); err != nil {
+			return st, recordDecodeError(stream, through, err)
+		}
 		old := base
 		base = Base{Version: through, Hash: Hash(sha256.Sum256(raw))}
 		if err := bk.bases.Put(src.key, appendBase(nil, base)); err != nil {
 			return st, err
 		}
+		if err := putRemoved(bk.meta.Tx(), src.key, rf.seq, through); err != nil {
+			return st, err
+		}
+		st.seq = rf.seq
 		at := func(v int64) int64 {
 			raw, ok, err := src.get(v)
 			var f recordFields
@@ -343,6 +355,7 @@ func (s *BoltStore) RemovePrefixes(ctx context.Context, cuts map[string]int64) (
 			}
 			next = next[:0]
 			budget := removeBatch
+			before, hi := readRemovedSeq(bk.meta), uint64(0)
 			for i, stream := range pending {
 				if budget <= 0 && !first {
 					next = append(next, pending[i:]...)
@@ -363,11 +376,12 @@ func (s *BoltStore) RemovePrefixes(ctx context.Context, cuts map[string]int64) (
 				r.Removed += st.n
 				out[stream] = r
 				budget -= st.n
+				hi = max(hi, st.seq)
 				if !st.done {
 					next = append(next, stream)
 				}
 			}
-			return nil
+			return noteRemovedThrough(tx, bk, before, hi)
 		})
 		if err != nil {
 			return out, errs, err

@@ -65,6 +65,7 @@ type subService struct {
 	parked   map[uint64]*poll
 	running  int
 	queue    []*poll
+	shared   map[string][]*poll // reads in flight by readSpec.key: the polls they answer
 	stopping bool
 
 	jobs      sync.WaitGroup // read and table jobs in flight
@@ -98,6 +99,7 @@ type (
 	subExpire   struct{ id uint64 }
 	subReadDone struct {
 		p   *poll
+		key string // the shared read's key ("" for one of its own)
 		res readResult
 	}
 	subTableDone struct {
@@ -131,7 +133,7 @@ func (s *Server) SubscriptionStats() SubscriptionStats {
 
 // startSubscriptions spawns the service and registers it for its operations.
 func (s *Server) startSubscriptions() {
-	svc := &subService{store: s.store, cfg: s.cfg, root: s.sys.Root, parked: map[uint64]*poll{}}
+	svc := &subService{store: s.store, cfg: s.cfg, root: s.sys.Root, parked: map[uint64]*poll{}, shared: map[string][]*poll{}}
 	svc.tables, _ = s.store.(eventstore.Tables)
 	pid := s.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return svc }))
 	svc.pid = pid
@@ -191,7 +193,14 @@ func (svc *subService) Receive(c actor.Context) {
 		}
 	case *subReadDone:
 		svc.running--
-		svc.finishRead(c, m.p, m.res)
+		polls := []*poll{m.p}
+		if m.key != "" {
+			polls = svc.shared[m.key]
+			delete(svc.shared, m.key)
+		}
+		for _, p := range polls {
+			svc.finishRead(c, p, m.res)
+		}
 		svc.startQueued(c)
 	case *subTableDone:
 		m.to.send(c, m.req, m.reply)
@@ -355,14 +364,25 @@ func (svc *subService) startQueued(c actor.Context) {
 
 func (svc *subService) startRead(c actor.Context, p *poll) {
 	p.reading, p.again = true, false
-	svc.running++
 	spec := readSpec{name: p.name, filter: p.filter, from: p.from, max: p.max, maxBytes: p.maxBytes, fromNow: p.req.FromNow}
+	// Polls that read the same thing from the same position (subscribers
+	// of one filter that keep up) share one read: a commit wakes them all.
+	key := ""
+	if p.name == "" && !spec.fromNow {
+		key = spec.key()
+		if polls, ok := svc.shared[key]; ok {
+			svc.shared[key] = append(polls, p)
+			return
+		}
+		svc.shared[key] = []*poll{p}
+	}
+	svc.running++
 	pid, root := svc.self, svc.root
 	svc.jobs.Add(1)
 	go func() {
 		defer svc.jobs.Done()
 		res := svc.read(spec)
-		root.Send(pid, &subReadDone{p: p, res: res})
+		root.Send(pid, &subReadDone{p: p, key: key, res: res})
 	}()
 }
 
@@ -413,6 +433,11 @@ type readSpec struct {
 	max      int
 	maxBytes int
 	fromNow  bool
+}
+
+// key identifies what a read reads.
+func (r readSpec) key() string {
+	return fmt.Sprintf("%d\x00%d\x00%d\x00%q\x00%q\x00%q", r.from, r.max, r.maxBytes, r.filter.Scope, r.filter.Prefix, r.filter.Kinds)
 }
 
 type readResult struct {

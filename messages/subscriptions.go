@@ -205,7 +205,9 @@ type ReadEvents struct {
 
 // SubscribedEvent is one event as a subscriber receives it: its position
 // (Seq), scope and version, type, frame and time (Meta), and Data, the
-// stored msgpack payload of its frames.Event (Decode).
+// stored msgpack payload of its frames.Event (Decode). In process, the
+// subscribers of one filter may share Data's bytes: treat them as
+// read-only.
 type SubscribedEvent struct {
 	Seq     uint64 `msgpack:"q"`
 	Scope   string `msgpack:"s"`

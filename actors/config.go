@@ -88,6 +88,13 @@ type Config struct {
 	// replace them. NewID must return unique printable ids of ≤ 64 bytes.
 	Clock func() time.Time
 	NewID func() string
+	// SubscriptionHold, when positive, makes retention wait for durable
+	// subscriptions: a scope's cut that would remove records at or past
+	// the acknowledged position of a subscription matching the scope is
+	// put off, as long as that subscription acknowledged within the last
+	// SubscriptionHold (one that has not is not waited for). 0: retention
+	// does not wait for subscribers.
+	SubscriptionHold time.Duration
 	// RequestTimeout is the Client's deadline when its context has none.
 	RequestTimeout time.Duration
 	Logger         *slog.Logger

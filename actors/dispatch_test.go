@@ -28,14 +28,20 @@ func TestEveryOperationHasAnEntry(t *testing.T) {
 			assert.Equal(t, reflect.TypeOf(reply), reflect.TypeOf(messages.ReplyFor(req)))
 
 			d := entryFor(req)
-			require.NotNil(t, d, "no dispatcher entry for %s", op.Name)
 			_, mutating := req.(messages.MutatingRequest)
 			assert.Equal(t, op.Mutates, mutating, "Mutates says whether %T has a request id (Mut)", req)
-			if op.Mutates {
+			if op.Global {
+				assert.Nil(t, d, "a global operation is served by its service, not dispatched to a shard")
+			} else {
+				require.NotNil(t, d, "no dispatcher entry for %s", op.Name)
+			}
+			switch {
+			case op.Global:
+			case op.Mutates:
 				assert.NotNil(t, d.decide, "a mutation decides")
 				assert.True(t, (d.reply == nil) != (d.state == nil), "a mutation's reply comes from its events or from the state, one of them")
 				assert.Nil(t, d.read)
-			} else {
+			default:
 				assert.NotNil(t, d.read, "a read reads")
 				assert.Nil(t, d.decide)
 			}

@@ -930,6 +930,67 @@ func TestHostileInputCatalogue(t *testing.T) {
 			_, err := ed.c.ResumeActor(ctx, &messages.ResumeActor{Header: messages.Header{Scope: "victim"}})
 			return err
 		}, actors.ErrStoreFailed, ed},
+		// Subscriptions (global operations): names, filters, bounds.
+		{"subscribe with a 129-byte name", func() error {
+			_, err := c.SubscribeOn(ctx, "", &messages.Subscribe{Name: strings.Repeat("n", 129)})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"subscribe with a name of invalid UTF-8", func() error {
+			_, err := c.SubscribeOn(ctx, "", &messages.Subscribe{Name: "\xff\xfe"})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"subscribe to an unknown event kind", func() error {
+			_, err := c.SubscribeOn(ctx, "", &messages.Subscribe{Name: "n", Filter: messages.EventFilter{Kinds: []string{"frame.exploded"}}})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"subscribe with a scope and a prefix", func() error {
+			_, err := c.SubscribeOn(ctx, "", &messages.Subscribe{Name: "n", Filter: messages.EventFilter{Scope: "a", Prefix: "b"}})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"subscribe naming a scope in the header", func() error {
+			_, err := c.SubscribeOn(ctx, "", &messages.Subscribe{Header: messages.Header{Scope: s}, Name: "n"})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"read events with a thousand kinds", func() error {
+			kinds := make([]string, 1000)
+			for i := range kinds {
+				kinds[i] = frames.TypeFramePopped
+			}
+			_, err := c.ReadEvents(ctx, "", &messages.ReadEvents{Filter: &messages.EventFilter{Kinds: kinds}})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"read events: max 2^30", func() error {
+			_, err := c.ReadEvents(ctx, "", &messages.ReadEvents{Filter: &messages.EventFilter{}, Max: 1 << 30})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"read events: 64 MiB a reply", func() error {
+			_, err := c.ReadEvents(ctx, "", &messages.ReadEvents{Filter: &messages.EventFilter{}, MaxBytes: 64 << 20})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"read events: a negative wait", func() error {
+			_, err := c.ReadEvents(ctx, "", &messages.ReadEvents{Filter: &messages.EventFilter{}, Wait: -time.Second})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"read events: a day's wait", func() error {
+			_, err := c.ReadEvents(ctx, "", &messages.ReadEvents{Filter: &messages.EventFilter{}, Wait: 24 * time.Hour})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"read events by name and filter", func() error {
+			_, err := c.ReadEvents(ctx, "", &messages.ReadEvents{Name: "n", Filter: &messages.EventFilter{}})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"read events from a position and from now", func() error {
+			_, err := c.ReadEvents(ctx, "", &messages.ReadEvents{Filter: &messages.EventFilter{}, From: 3, FromNow: true})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"ack position 0", func() error {
+			_, err := c.AckEvents(ctx, "", &messages.AckEvents{Name: "n"})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"unsubscribe without a name", func() error {
+			_, err := c.Unsubscribe(ctx, "")
+			return err
+		}, actors.ErrInvalidArgument, nil},
 		{"a truncated data file", func() error {
 			_, err := eventstore.Open(truncated, &eventstore.Options{OpenTimeout: 100 * time.Millisecond})
 			return err

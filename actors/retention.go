@@ -236,6 +236,10 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 		sr.Kept = plan.Kept
 		return sr, err
 	}
+	if held, err := r.heldBySubscribers(ctx, scope, plan.Through); err != nil || held != "" {
+		sr.Kept, sr.Why = plan.Kept, held
+		return sr, err
+	}
 	hash, err := recordHash(r.store, scope, plan.Through)
 	if err != nil {
 		return sr, err
@@ -410,4 +414,27 @@ func (r *retainer) snapshotVersion(ctx context.Context, scope string, base int64
 func retentionRequestID(scope string, through int64) string {
 	sum := sha256.Sum256([]byte(scope))
 	return "retention:" + hex.EncodeToString(sum[:12]) + ":" + strconv.FormatInt(through, 10)
+}
+
+// heldBySubscribers says why a cut through version through of scope is put
+// off for a durable subscription (Config.SubscriptionHold), or "" when it
+// is not: the cut would remove the record at or past the lowest position a
+// subscription of the scope that acknowledged within the hold has not
+// processed.
+func (r *retainer) heldBySubscribers(ctx context.Context, scope string, through int64) (string, error) {
+	if r.cfg.SubscriptionHold <= 0 {
+		return "", nil
+	}
+	low, who, err := heldPosition(ctx, r.store, scope, r.cfg.Clock(), r.cfg.SubscriptionHold)
+	if err != nil || low == 0 {
+		return "", err
+	}
+	rec, ok, err := eventstore.ReadRecord(ctx, r.store, scope, through)
+	if err != nil || !ok {
+		return "", err
+	}
+	if rec.Seq < low {
+		return "", nil
+	}
+	return fmt.Sprintf("held for subscription %q: it has processed the log below position %d, the cut reaches %d", who, low, rec.Seq), nil
 }

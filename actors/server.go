@@ -26,6 +26,7 @@ type Server struct {
 	ret      *retainer
 	// services serve the global operations (services.go).
 	services [messages.NumOps]*actor.PID
+	subs     *subService
 }
 
 // Start spawns the StateIndex on sys over store. The store stays the
@@ -61,6 +62,7 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 		props := actor.PropsFromProducer(func() actor.Actor { return &shard{h: h, gate: g} })
 		s.shards = append(s.shards, sys.Root.Spawn(props))
 	}
+	s.startSubscriptions()
 	s.router = sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case messages.Request:
@@ -112,6 +114,9 @@ func (s *Server) Client() *Client {
 func (s *Server) Stop() {
 	if s.ret != nil {
 		s.ret.close() // a pass in progress ends at its next scope
+	}
+	if s.subs != nil {
+		s.subs.stop() // parked polls are answered; reads in flight end first
 	}
 	for _, pid := range s.shards {
 		_, _ = s.sys.Root.RequestFuture(pid, &drain{}, time.Minute).Result()

@@ -29,6 +29,10 @@ const (
 	OpGetChain
 	OpResumeChain
 	OpAwaitFrame
+	OpSubscribe
+	OpReadEvents
+	OpAckEvents
+	OpUnsubscribe
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -103,6 +107,14 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(ResumeChain) }, NewReply: func() Reply { return new(ResumeChainReply) }},
 	OpAwaitFrame: {Name: "AwaitFrame", ReplyName: "AwaitFrameReply",
 		NewRequest: func() Request { return new(AwaitFrame) }, NewReply: func() Reply { return new(AwaitFrameReply) }},
+	OpSubscribe: {Name: "Subscribe", ReplyName: "SubscribeReply", Global: true,
+		NewRequest: func() Request { return new(Subscribe) }, NewReply: func() Reply { return new(SubscribeReply) }},
+	OpReadEvents: {Name: "ReadEvents", ReplyName: "ReadEventsReply", Global: true,
+		NewRequest: func() Request { return new(ReadEvents) }, NewReply: func() Reply { return new(ReadEventsReply) }},
+	OpAckEvents: {Name: "AckEvents", ReplyName: "AckEventsReply", Global: true,
+		NewRequest: func() Request { return new(AckEvents) }, NewReply: func() Reply { return new(AckEventsReply) }},
+	OpUnsubscribe: {Name: "Unsubscribe", ReplyName: "UnsubscribeReply", Global: true,
+		NewRequest: func() Request { return new(Unsubscribe) }, NewReply: func() Reply { return new(UnsubscribeReply) }},
 }
 
 func init() {

@@ -166,6 +166,7 @@ func (f *File) ActorsConfig(base actors.Config) actors.Config {
 	c.RequestHorizon, c.ClockSkew = f.Idempotency.Horizon, f.Idempotency.ClockSkew
 	c.TokenTTL, c.MaxTokenTTL = f.Tokens.TTL, f.Tokens.MaxTTL
 	c.RequestTimeout = f.RequestTimeout
+	c.SubscriptionHold = f.Retention.HoldForSubscribers
 	return c
 }
 

@@ -50,6 +50,10 @@ type Retention struct {
 	Default   RetentionPolicy
 	Overrides []RetentionOverride
 	Interval  time.Duration
+	// HoldForSubscribers (retention.hold_for_subscribers) makes a cut wait
+	// for the durable subscriptions of its scope that acknowledged within
+	// it (actors.Config.SubscriptionHold); 0 waits for none.
+	HoldForSubscribers time.Duration
 }
 
 // For returns the policy of scope: the server's default, changed key by

@@ -114,6 +114,7 @@ var settings = func() []setting {
 	}
 	s = append(s,
 		setting{key: "retention.interval", spec: positive(), field: func(f *File) any { return &f.Retention.Interval }},
+		setting{key: "retention.hold_for_subscribers", spec: nonNegative(), field: func(f *File) any { return &f.Retention.HoldForSubscribers }},
 		setting{key: "retention.overrides", overrides: true},
 		setting{key: "expiry.inactive_after", spec: nonNegative(), field: func(f *File) any { return &f.Expiry.Default.InactiveAfter }},
 		setting{key: "expiry.overrides", overrides: true},

@@ -345,6 +345,9 @@ func (n *ClusterNode) Client() *Client {
 		members: func() []string { return slices.Clone(n.cc.Members) }, sendTo: n.router.sendTo}
 }
 
+// Cluster is the node's Proto.Actor cluster (hooks reach kinds with it).
+func (n *ClusterNode) Cluster() *cluster.Cluster { return n.cl }
+
 // Server is the member's StateIndex (nil on a client node).
 func (n *ClusterNode) Server() *Server { return n.srv }
 

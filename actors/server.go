@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -27,6 +28,8 @@ type Server struct {
 	// services serve the global operations (services.go).
 	services [messages.NumOps]*actor.PID
 	subs     *subService
+	mu       sync.Mutex
+	hooks    []*Hooks // StartHooks
 }
 
 // Start spawns the StateIndex on sys over store. The store stays the
@@ -114,6 +117,13 @@ func (s *Server) Client() *Client {
 func (s *Server) Stop() {
 	if s.ret != nil {
 		s.ret.close() // a pass in progress ends at its next scope
+	}
+	s.mu.Lock()
+	hooks := s.hooks
+	s.hooks = nil
+	s.mu.Unlock()
+	for _, h := range hooks {
+		h.Stop() // before the subscriptions they read
 	}
 	if s.subs != nil {
 		s.subs.stop() // parked polls are answered; reads in flight end first

@@ -161,6 +161,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			node.Stop()
 			return err
 		}
+		if err := startHooks(node.Server(), file, log, actors.HookOptions{Cluster: node.Cluster(), Member: listen}); err != nil {
+			node.Stop()
+			return err
+		}
 		healthAddr, _ := actors.HealthAddress(listen)
 		log.Info("stateindex serving", append([]any{"data", abs, "cluster", clusterName, "member", listen, "kind", actors.KindOf(listen),
 			"members", strings.Join(members, ","), "health", healthAddr, "shards", cfg.Shards}, jattrs...)...)
@@ -184,6 +188,11 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			r.Shutdown(false)
 			return err
 		}
+		if err := startHooks(srv, file, log, actors.HookOptions{}); err != nil {
+			srv.Stop()
+			r.Shutdown(false)
+			return err
+		}
 		gw, err := srv.Expose(&actors.ExposeOptions{MaxMessageBytes: file.Remoting.MaxMessageBytes})
 		if err != nil {
 			srv.Stop()
@@ -198,6 +207,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if err := startRetention(srv, file, log); err != nil {
+			srv.Stop()
+			return err
+		}
+		if err := startHooks(srv, file, log, actors.HookOptions{}); err != nil {
 			srv.Stop()
 			return err
 		}
@@ -229,6 +242,26 @@ func startRetention(srv *actors.Server, file *config.File, log *slog.Logger) err
 	log.Info("stateindex retention", "every", rc.Interval, "default", fmt.Sprintf("keep_last_n=%d delete_older_than=%s on_completion=%s",
 		file.Retention.Default.KeepLastN, file.Retention.Default.DeleteOlderThan, file.Retention.Default.OnCompletion), "overrides", len(file.Retention.Overrides),
 		"expiry", fmt.Sprintf("inactive_after=%s", file.Expiry.Default.InactiveAfter), "expiry_overrides", len(file.Expiry.Overrides))
+	return nil
+}
+
+// startHooks starts the hooks the file configures, if any (Server.Stop
+// stops them).
+func startHooks(srv *actors.Server, file *config.File, log *slog.Logger, o actors.HookOptions) error {
+	if len(file.Hooks) == 0 {
+		return nil
+	}
+	o.Logger = log
+	if _, err := srv.StartHooks(file.ActorHooks(), o); err != nil {
+		return fmt.Errorf("hooks: %w", err)
+	}
+	for _, h := range file.Hooks {
+		target := h.Actor
+		if h.Kind != "" {
+			target = "kind " + h.Kind
+		}
+		log.Info("stateindex hook", "name", h.Name, "on", strings.Join(h.On, ","), "scope_prefix", h.ScopePrefix, "goal_prefix", h.GoalPrefix, "to", target)
+	}
 	return nil
 }
 

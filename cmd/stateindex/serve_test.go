@@ -135,6 +135,7 @@ func TestServeRefusesABadConfig(t *testing.T) {
 		{"a bad value", "cache:\n  mib: -1\n", nil, "si.yaml:2: cache.mib must be positive, got -1"},
 		{"a bad flag over a good file", "shards: 2\n", []string{"--shards", "0"}, "--shards must be positive, got 0"},
 		{"a bad retention interval", "retention:\n  interval: 0s\n", nil, "retention.interval must be positive"},
+		{"a hook to a kind outside a cluster", "hooks:\n  - name: x\n    on: [failed]\n    kind: overseer\n", nil, "si.yaml:4: hooks[0].kind sends to a cluster kind: it needs cluster.name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -7,6 +7,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/frames"
 )
 
@@ -134,4 +135,18 @@ func noticeNames() string {
 		b = append(b, string(n))
 	}
 	return strings.Join(b, ", ")
+}
+
+// ActorHooks returns the hooks as actors.StartHooks takes them.
+func (f *File) ActorHooks() []actors.Hook {
+	out := make([]actors.Hook, 0, len(f.Hooks))
+	for _, h := range f.Hooks {
+		on := make([]frames.Notice, len(h.On))
+		for i, n := range h.On {
+			on[i] = frames.Notice(n)
+		}
+		out = append(out, actors.Hook{Name: h.Name, On: on, ScopePrefix: h.ScopePrefix, GoalPrefix: h.GoalPrefix,
+			Actor: h.Actor, Kind: h.Kind, Identity: h.Identity, Timeout: h.Timeout})
+	}
+	return out
 }

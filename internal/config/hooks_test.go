@@ -24,6 +24,11 @@ func TestHooksLoadAndExplain(t *testing.T) {
   - name: grains
     on: [continued]
     kind: overseer
+cluster:
+  name: c
+  peers: [127.0.0.1:7500]
+remoting:
+  listen: 127.0.0.1:7500
 `})
 	f, err := Load(filepath.Join(dir, "si.yaml"))
 	require.NoError(t, err)

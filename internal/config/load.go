@@ -83,6 +83,12 @@ func (f *File) check() error {
 	case f.Tokens.TTL > f.Tokens.MaxTTL:
 		return errAt(f.Origin("tokens.ttl"), "tokens.ttl", "(%s) must not exceed tokens.max_ttl (%s)", formatDuration(f.Tokens.TTL), formatDuration(f.Tokens.MaxTTL))
 	}
+	for i, h := range f.Hooks {
+		if h.Kind != "" && f.Cluster.Name == "" {
+			key := fmt.Sprintf("hooks[%d].kind", i)
+			return errAt(f.Origin(key), key, "sends to a cluster kind: it needs cluster.name (--cluster); a standalone server reaches actors by name (actor: NAME or HOST:PORT/NAME)")
+		}
+	}
 	return nil
 }
 

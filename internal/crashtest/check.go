@@ -189,6 +189,9 @@ type Stats struct {
 	// ResumeChain requests, AutoContinued the acknowledged writes that
 	// continued their frame automatically (all among Acked).
 	Continuations, Resumes, AutoContinued int
+	// Sub is the durable subscriber's check (zero when the child ran
+	// none).
+	Sub SubStats
 }
 
 func (s Stats) String() string {
@@ -268,6 +271,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	replayed := map[string]*frames.State{} // every frame, finished ones too
 	live := map[string]*frames.State{}     // the live projection the server keeps
 	spans := map[string]map[string]eventstore.Span{}
+	subRef := map[uint64]SubRef{} // the events the subscription's filter matches, archived ones too
 	var streams []string
 	if err := store.Streams(ctx, func(i eventstore.StreamInfo) error { streams = append(streams, i.Stream); return nil }); err != nil {
 		return st, err
@@ -348,6 +352,12 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 		for _, r := range h.records {
 			if err := visit(r); err != nil {
 				return st, err
+			}
+			if SubFilter.Matches(name, r.Type) {
+				if o, ok := subRef[r.Seq]; ok {
+					return st, fmt.Errorf("seq %d is both scope %q version %d and scope %q version %d", r.Seq, o.Scope, o.Version, name, r.Version)
+				}
+				subRef[r.Seq] = SubRef{Scope: name, Version: r.Version, Removed: r.Version <= h.base.Version}
 			}
 		}
 		finish()
@@ -433,6 +443,11 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 		if d := verify.DiffStates(loaded.Clone(), live[name].Clone()); d != "" {
 			return st, fmt.Errorf("scope %q: LoadState (snapshot plus tail) differs from a full replay: %s", name, d)
 		}
+	}
+	// The durable subscriber's deliveries and acks (before checkResume
+	// writes to the log).
+	if st.Sub, err = checkSubscription(ctx, dir, store, subRef, cycle); err != nil {
+		return st, err
 	}
 	if err := checkResume(ctx, dir, store, streams, replayed, live, spans, &st, cycle); err != nil {
 		return st, err

@@ -2,6 +2,7 @@ package crashtest_test
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -185,5 +186,68 @@ func TestCheckUnderRetention(t *testing.T) {
 		st, err := crashtest.Check(t.Context(), c, 1)
 		require.NoError(t, err)
 		assert.Equal(t, 1, st.PartialArchives)
+	})
+}
+
+// The subscription checker catches a broken promise: a skipped event, one
+// delivered out of order or twice in one run, a wrong or phantom event, an
+// ack or a stored position past what was delivered, a lost ack, a restart
+// that did not resume at the stored position.
+func TestCheckSubscriptionLogCatchesBrokenPromises(t *testing.T) {
+	// The log: seqs 1..6 and 8 match (7 is another stream's, say).
+	ref := map[uint64]crashtest.SubRef{}
+	for q := uint64(1); q <= 8; q++ {
+		if q != 7 {
+			ref[q] = crashtest.SubRef{Scope: "crash-01", Version: int64(q)}
+		}
+	}
+	ref[3] = crashtest.SubRef{Scope: "crash-01", Version: 3, Removed: true}
+	d := func(qs ...int) string {
+		var b strings.Builder
+		for _, q := range qs {
+			fmt.Fprintf(&b, "D %d crash-01 %d\n", q, q)
+		}
+		return b.String()
+	}
+	for _, tc := range []struct {
+		name     string
+		log      string
+		stored   uint64
+		storedOK bool
+		want     string // "" for a clean log
+	}{
+		{name: "clean, redelivered after a kill", log: "S 1 1\n" + d(1, 2, 3) + "K 3 3\n" + d(4) + "C 1 3\nS 2 3\n" + d(3, 4, 5, 6, 8) + "K 9 9\n", stored: 9, storedOK: true},
+		{name: "kill between the ack and its line", log: "S 1 1\n" + d(1, 2, 3, 4) + "K 3 3\n", stored: 5, storedOK: true},
+		{name: "a line cut by the kill", log: "S 1 1\n" + d(1, 2) + "K 3 3\nD 3 cr", stored: 3, storedOK: true},
+		{name: "skipped within a run", log: "S 1 1\n" + d(1, 2, 4), stored: 1, storedOK: true, want: "SKIPPED: seq 4 delivered, but event 3"},
+		{name: "run starts past its position", log: "S 1 1\n" + d(2, 3), stored: 1, storedOK: true, want: "SKIPPED: seq 2 delivered, but event 1"},
+		{name: "out of order", log: "S 1 1\n" + d(1, 2, 2), stored: 1, storedOK: true, want: "ORDER: seq 2"},
+		{name: "wrong event", log: "S 1 1\nD 1 crash-02 1\n", stored: 1, storedOK: true, want: "WRONG EVENT: seq 1"},
+		{name: "phantom event", log: "S 1 1\n" + d(1, 2, 3, 4, 5, 6, 7), stored: 1, storedOK: true, want: "PHANTOM: seq 7"},
+		{name: "ack past the deliveries", log: "S 1 1\n" + d(1, 2) + "K 4 4\n", stored: 4, storedOK: true, want: "ACK: position 4 acknowledged, but event 3"},
+		{name: "ack goes back", log: "S 1 1\n" + d(1, 2, 3) + "K 4 4\nK 2 2\n", stored: 4, storedOK: true, want: "ACK: stored position 2 after asking 2, the ack before stored 4"},
+		{name: "stored past the deliveries", log: "S 1 1\n" + d(1, 2) + "K 3 3\n", stored: 5, storedOK: true, want: "ACK: the stored position is 5, but event 3"},
+		{name: "lost ack", log: "S 1 1\n" + d(1, 2, 3) + "K 4 4\n", stored: 2, storedOK: true, want: "LOST ACK: the stored position 2 is below the last recorded ack 4"},
+		{name: "acks, nothing stored", log: "S 1 1\n" + d(1) + "K 2 2\n", want: "is not stored, yet acks were recorded"},
+		{name: "restart not at the stored position", log: "S 1 1\n" + d(1, 2, 3) + "K 4 4\nC 1 4\nS 2 2\n" + d(2, 3), stored: 4, storedOK: true, want: "RESUME: the subscription opened at 2, the stored position after the last kill was 4"},
+		{name: "restart below the recorded ack", log: "S 1 1\n" + d(1, 2, 3) + "K 4 4\nS 2 2\n" + d(2, 3), stored: 4, storedOK: true, want: "RESUME: the subscription opened at 2, below the ack of 4"},
+		{name: "restart past an undelivered event", log: "S 1 1\n" + d(1, 2) + "S 2 4\n" + d(4), stored: 1, storedOK: true, want: "SKIPPED: the subscription opened at 4, but event 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := crashtest.CheckSubscriptionLog([]byte(tc.log), ref, tc.stored, tc.storedOK)
+			if tc.want == "" {
+				require.NoError(t, err)
+				assert.Positive(t, st.Delivered)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	t.Run("figures", func(t *testing.T) {
+		st, err := crashtest.CheckSubscriptionLog([]byte("S 1 1\n"+d(1, 2, 3)+"K 3 3\n"+d(4)+"C 1 3\nS 2 3\n"+d(3, 4, 5, 6, 8)+"K 9 9\n"), ref, 9, true)
+		require.NoError(t, err)
+		assert.Equal(t, crashtest.SubStats{Runs: 2, Delivered: 9, Unique: 7, Redelivered: 2, Acks: 2, LastAck: 9, Stored: 9, Covered: 9, Last: 8,
+			Matching: 7, RemovedDelivered: 1, Resumes: 1}, st)
 	})
 }

@@ -101,7 +101,7 @@ func ChildMain(dir string) int {
 	inc, _ := strconv.Atoi(os.Getenv(EnvIncarnation))
 	seed, _ := strconv.ParseUint(os.Getenv(EnvSeed), 10, 64)
 	err := runChild(context.Background(), dir, inc, seed, os.Stdout, -1,
-		childOptions{probe: true, retention: true, killAt: os.Getenv(EnvRetentionKill)})
+		childOptions{probe: true, retention: true, subscribe: true, killAt: os.Getenv(EnvRetentionKill)})
 	fmt.Fprintf(os.Stderr, "crash child: %v\n", err)
 	return 3
 }
@@ -121,14 +121,17 @@ func RunChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 // archives under ArchiveDir, RetentionServerConfig's short idempotency
 // horizon: one pass before the ready line, then passes back to back while
 // the storm runs, through a killStore); killAt is the retention step at which the child
-// SIGKILLs itself once ready (RetentionStages; "" for none).
+// SIGKILLs itself once ready (RetentionStages; "" for none); subscribe
+// runs the durable subscriber (subscriber.go) beside the storm, from the
+// moment the server starts, and makes retention hold for it
+// (SubscriptionHold).
 type childOptions struct {
-	probe, retention bool
-	killAt           string
+	probe, retention, subscribe bool
+	killAt                      string
 }
 
 // runChild is RunChild with opts.
-func runChild(ctx context.Context, dir string, incarnation int, seed uint64, ready io.Writer, steps int, opts childOptions) error {
+func runChild(ctx context.Context, dir string, incarnation int, seed uint64, ready io.Writer, steps int, opts childOptions) (rerr error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -149,6 +152,9 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 		ks.BoltStore = store
 		served = ks
 		cfg = RetentionServerConfig(log)
+	}
+	if opts.subscribe {
+		cfg.SubscriptionHold = SubscriptionHold
 	}
 	if opts.probe {
 		pctx, stop := context.WithCancel(ctx)
@@ -173,6 +179,28 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 	}
 	defer srv.Stop()
 	c := srv.Client()
+	var subErr error // set before subDone closes
+	subDone := make(chan struct{})
+	stopSub := func() {}
+	if opts.subscribe {
+		sctx, stop := context.WithCancel(ctx)
+		go func() {
+			defer close(subDone)
+			if err := subscriber(sctx, c, dir, incarnation); err != nil {
+				subErr = err
+				cancel() // the storm stops: the child reports the error
+			}
+		}()
+		stopSub = func() { stop(); <-subDone }
+		defer func() {
+			stopSub()
+			if subErr != nil { // what stopped the storm, whatever it then failed with
+				rerr = subErr
+			}
+		}()
+	} else {
+		close(subDone)
+	}
 
 	// The requests in flight at the last kill, resent with their ids: each
 	// is answered with its original reply if it was committed, or applied

@@ -28,6 +28,7 @@ const (
 	OpContinueFrame
 	OpGetChain
 	OpResumeChain
+	OpListFrames
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -100,6 +101,8 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(GetChain) }, NewReply: func() Reply { return new(GetChainReply) }},
 	OpResumeChain: {Name: "ResumeChain", ReplyName: "ResumeChainReply", Mutates: true,
 		NewRequest: func() Request { return new(ResumeChain) }, NewReply: func() Reply { return new(ResumeChainReply) }},
+	OpListFrames: {Name: "ListFrames", ReplyName: "ListFramesReply", Global: true,
+		NewRequest: func() Request { return new(ListFrames) }, NewReply: func() Reply { return new(ListFramesReply) }},
 }
 
 func init() {

@@ -222,7 +222,7 @@ func TestRegistryRemoval(t *testing.T) {
 	w.push("root", "", 10_000) // v1, stays live
 	w.push("run1", "root", 100)
 	w.must(&frames.PopFrame{Header: w.hdr(), FrameID: "run1", Status: frames.StatusCompleted}) // pushed v2
-	w.push("run2", "root", 100)                                                                 // v4
+	w.push("run2", "root", 100)                                                                // v4
 	w.must(&frames.PopFrame{Header: w.hdr(), FrameID: "run2", Status: frames.StatusCompleted})
 	w.push("run3", "root", 100) // v6, live
 	base := registryOf(w)

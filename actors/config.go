@@ -86,29 +86,36 @@ type Config struct {
 	// RequestTimeout is the Client's deadline when its context has none.
 	RequestTimeout time.Duration
 	Logger         *slog.Logger
+	// RegistryOff turns the registry (ListFrames and the index the server
+	// keeps from the log) off. RegistryInterval is the least time between
+	// two writes of its index (they gather the commits between them); 0
+	// is the default, 5 ms, a negative value none.
+	RegistryOff      bool
+	RegistryInterval time.Duration
 }
 
 // DefaultConfig returns the defaults. TokenKey is left empty: Start refuses
 // to run without one (cmd/stateindex keeps one in the data directory).
 func DefaultConfig() Config {
 	return Config{
-		Frames:         frames.DefaultConfig(),
-		Shards:         16,
-		CacheScopes:    4096,
-		CacheBytes:     256 << 20,
-		MaxPending:     10_000,
-		SnapshotEvery:  1000,
-		RequestHorizon: time.Duration(frames.DefaultRequestHorizon),
-		ClockSkew:      time.Duration(frames.DefaultClockSkew),
-		Counter:        compaction.EstimateCounter{},
-		CounterName:    "estimate_bytes_div_4",
-		Summarizer:     compaction.Extractive{},
-		TokenTTL:       7 * 24 * time.Hour,
-		MaxTokenTTL:    90 * 24 * time.Hour,
-		Clock:          time.Now,
-		NewID:          NewID,
-		RequestTimeout: 30 * time.Second,
-		Logger:         slog.Default(),
+		Frames:           frames.DefaultConfig(),
+		Shards:           16,
+		CacheScopes:      4096,
+		CacheBytes:       256 << 20,
+		MaxPending:       10_000,
+		SnapshotEvery:    1000,
+		RequestHorizon:   time.Duration(frames.DefaultRequestHorizon),
+		ClockSkew:        time.Duration(frames.DefaultClockSkew),
+		Counter:          compaction.EstimateCounter{},
+		CounterName:      "estimate_bytes_div_4",
+		Summarizer:       compaction.Extractive{},
+		TokenTTL:         7 * 24 * time.Hour,
+		MaxTokenTTL:      90 * 24 * time.Hour,
+		Clock:            time.Now,
+		NewID:            NewID,
+		RequestTimeout:   30 * time.Second,
+		Logger:           slog.Default(),
+		RegistryInterval: 5 * time.Millisecond,
 	}
 }
 
@@ -174,6 +181,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = d.RequestTimeout
+	}
+	switch {
+	case c.RegistryInterval == 0:
+		c.RegistryInterval = d.RegistryInterval
+	case c.RegistryInterval < 0:
+		c.RegistryInterval = 0
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger

@@ -84,7 +84,7 @@ func onTheWire(t *testing.T, m *wire.Message) *wire.Message {
 
 func TestEveryTypeRoundTrips(t *testing.T) {
 	names := wire.Names()
-	require.Len(t, names, 43, "21 requests, 21 replies and Failure")
+	require.Len(t, names, 45, "22 requests, 22 replies and Failure")
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v, ok := wire.New(name)
@@ -226,10 +226,10 @@ func TestWireNamesNeverChange(t *testing.T) {
 		"PushFrame", "PopFrame", "UpdateFrame", "AddContextHandle", "AddResult", "RecordUsage",
 		"StartToolCall", "FinishToolCall", "AssembleContextPack", "SuspendFrame", "ResumeFrame",
 		"CompactContext", "ResumeActor", "GetFrame", "GetStack", "ApplyRetention", "DestroyScope", "SearchChain",
-		"ContinueFrame", "GetChain", "ResumeChain",
+		"ContinueFrame", "GetChain", "ResumeChain", "ListFrames",
 		"PushFrameReply", "PopFrameReply", "UpdateFrameReply", "AddContextHandleReply", "AddResultReply",
 		"RecordUsageReply", "StartToolCallReply", "FinishToolCallReply", "ContextPack", "SuspensionToken",
 		"ResumeFrameReply", "CompactionResult", "ActorResumeState", "GetFrameReply", "GetStackReply",
-		"ApplyRetentionReply", "DestroyScopeReply", "SearchChainReply", "ContinueFrameReply", "GetChainReply", "ResumeChainReply", wire.FailureType,
+		"ApplyRetentionReply", "DestroyScopeReply", "SearchChainReply", "ContinueFrameReply", "GetChainReply", "ResumeChainReply", "ListFramesReply", wire.FailureType,
 	}, wire.Names())
 }

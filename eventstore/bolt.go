@@ -60,6 +60,11 @@ type BoltStore struct {
 	// applyHook, if set, runs inside each of the applier's bbolt
 	// transactions (journal path); an error fails it.
 	applyHook atomic.Pointer[func() error]
+	// tableHook, if set, runs inside each TableWrite's transaction after
+	// its writes; an error from it fails the write (tests).
+	tableHook atomic.Pointer[func() error]
+	// watch are the CommitWatcher callbacks.
+	watch watchers
 
 	cm committer // owned by the committer goroutine
 

@@ -86,6 +86,9 @@ type committer struct {
 	rbk     *buckets
 	jrecs   []jrec
 	heads   map[string]streamState // heads the committer wrote (bounded cache)
+
+	// committed is the last sequence the latest apply wrote (0: none).
+	committed uint64
 }
 
 // streamState is a stream's head as updated by earlier requests of the
@@ -208,6 +211,7 @@ func (s *BoltStore) commit(batch []*request) {
 		}
 		return
 	}
+	s.cm.committed = 0
 	err := s.update(func(tx *bolt.Tx) error { return s.cm.apply(tx, batch, s.commitHook.Load()) })
 	clear(s.cm.states)
 	s.cm.arena.reset()
@@ -216,6 +220,9 @@ func (s *BoltStore) commit(batch []*request) {
 	}
 	for _, r := range batch {
 		r.answer()
+	}
+	if err == nil && s.cm.committed > 0 {
+		s.watch.notify(s.cm.committed) // durable, and readable by every read transaction begun from now
 	}
 }
 
@@ -330,6 +337,7 @@ func (c *committer) apply(tx *bolt.Tx, batch []*request, hook *func() error) err
 		if err := putLastSeq(bk, &c.arena, lastSeq); err != nil {
 			return err
 		}
+		c.committed = lastSeq
 	}
 	if hook != nil {
 		return (*hook)()

@@ -33,6 +33,8 @@
 //	snapshots   <stream>  -> snapshot envelope (v, n: version, f: projection
 //	                         format, c: SHA-256 of the envelope with c zeroed,
 //	                         s: stream, d: data)
+//	tables      <table>   -> nested bucket: key -> value (optional: Tables,
+//	                         bookkeeping beside the log; see bolt_tables.go)
 //
 // Append-only buckets are written with FillPercent 1.0. Open refuses a file
 // whose format version it does not know with ErrUnsupportedFormat.

@@ -178,6 +178,7 @@ func (s *BoltStore) commitJournal(batch []*request) {
 			c.heads[name] = streamState{version: st.version, head: st.head}
 		}
 	}
+	published := len(recs) > 0
 	clear(recs)
 	c.jrecs = recs[:0]
 	for _, r := range batch {
@@ -185,6 +186,11 @@ func (s *BoltStore) commitJournal(batch []*request) {
 			continue // the applier answers it, once bbolt covers lastSeq
 		}
 		r.answer()
+	}
+	if published {
+		// Synced in the journal and published to the overlay, which every
+		// read takes before its bbolt transaction: ReadAll sees them.
+		s.watch.notify(lastSeq)
 	}
 	if len(snaps) > 0 {
 		s.ap.mu.Lock()

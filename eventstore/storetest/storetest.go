@@ -60,6 +60,13 @@ func Run(t *testing.T, open Opener) {
 		{"Closed", testClosed},
 		{"Index", testIndex},
 		{"RemovePrefix", testRemovePrefix},
+		{"TablesOps", testTablesOps},
+		{"TablesBadInput", testTablesBadInput},
+		{"TablesScan", testTablesScan},
+		{"TablesClosed", testTablesClosed},
+		{"WatchEveryCommit", testWatchEveryCommit},
+		{"WatchReadable", testWatchReadable},
+		{"WatchStop", testWatchStop},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

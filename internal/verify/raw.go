@@ -70,6 +70,7 @@ var knownBuckets = map[string]bool{
 	"identity":    false,
 	"index":       true,
 	"bases":       false,
+	"tables":      true, // one nested bucket per table (eventstore.Tables)
 }
 
 // Range is a span of bytes in the data file.
@@ -334,7 +335,7 @@ func bucketKind(path []string) (holdsBuckets, known bool) {
 		hb, ok := knownBuckets[path[0]]
 		return hb, ok
 	case 2:
-		return false, path[0] == "streams" || path[0] == "index"
+		return false, path[0] == "streams" || path[0] == "index" || path[0] == "tables"
 	}
 	return false, false
 }

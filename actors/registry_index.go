@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"sort"
 	"strings"
 
@@ -340,7 +341,9 @@ func compileList(req *messages.ListFrames) (*regQuery, *messages.Error) {
 }
 
 // listCursor is a page's position: the order suffix of the last entry
-// examined.
+// examined. On the wire: base64url(version byte, msgpack, CRC-32 of
+// both): opaque, and a cursor altered anywhere is refused (it is not
+// signed: a forged one only moves where a page starts).
 type listCursor struct {
 	Created int64  `msgpack:"t"`
 	Scope   string `msgpack:"s"`
@@ -356,18 +359,23 @@ func encodeCursor(suffix []byte) string {
 	if err != nil {
 		return ""
 	}
-	return base64.RawURLEncoding.EncodeToString(append([]byte{cursorVersion}, b...))
+	b = append([]byte{cursorVersion}, b...)
+	return base64.RawURLEncoding.EncodeToString(binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b)))
 }
 
 var errBadCursor = errors.New("the cursor is not one a ListFrames reply gave (truncated, altered or of another release)")
 
 func decodeCursor(s string) ([]byte, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 2 || b[0] != cursorVersion || len(s) > 2048 {
+	if err != nil || len(b) < 6 || b[0] != cursorVersion || len(s) > 2048 {
+		return nil, errBadCursor
+	}
+	body := b[:len(b)-4]
+	if crc32.ChecksumIEEE(body) != binary.BigEndian.Uint32(b[len(b)-4:]) {
 		return nil, errBadCursor
 	}
 	var c listCursor
-	if err := eventstore.Unmarshal(b[1:], &c); err != nil {
+	if err := eventstore.Unmarshal(body[1:], &c); err != nil {
 		return nil, errBadCursor
 	}
 	if frames.ValidateID("scope", c.Scope, 512) != nil || frames.ValidateID("frame", c.Frame, 512) != nil {

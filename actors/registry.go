@@ -189,6 +189,9 @@ func (f *registryFollower) catchUp(ctx context.Context) (more bool, err error) {
 			return nil
 		}
 		b.apply(frames.FoldRegistry(ev, r.Version, b.get))
+		if ra, ok := ev.(*frames.RetentionApplied); ok {
+			b.seed(f.store, r.Stream, ra.Through)
+		}
 		return b.err
 	})
 	full := errors.Is(err, errBatchFull)

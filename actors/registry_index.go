@@ -227,6 +227,72 @@ func (b *regBatch) drop(d frames.RegistryDrop) {
 	}
 }
 
+// seed adds the rows of the scope's live frames pushed at or before
+// through that the index has none of: a retention removed their pushes
+// before the follower read them (an old file, a follower far behind). They
+// come from the scope's snapshot (retention leaves one at or after its
+// cut); each one's live children are counted from the rows the index has
+// (the children whose pushes it read, and those seeded with it).
+func (b *regBatch) seed(store eventstore.Store, scope string, through int64) {
+	if b.err != nil {
+		return
+	}
+	snap, ok, err := store.LoadSnapshot(b.ctx, scope)
+	if err != nil || !ok {
+		b.err = err
+		return
+	}
+	st, ok, err := eventstore.DecodeState(scope, snap)
+	if err != nil || !ok {
+		b.err = err
+		return
+	}
+	var seeded []string
+	for id, f := range st.Frames {
+		if !f.Status.Live() || f.PushSeq > through {
+			continue
+		}
+		if _, has := b.get(scope, id); has || b.err != nil {
+			continue
+		}
+		r := frames.RowOfFrame(scope, f)
+		b.apply(frames.RegistryChange{Put: []frames.RegistryRow{r}})
+		seeded = append(seeded, id)
+	}
+	for _, id := range seeded {
+		kids := map[string]bool{}
+		prefix := []byte("p" + scope + "\x00" + id + "\x00")
+		if err := b.t.TableScan(b.ctx, registryTable, prefix, nil, false, func(k, _ []byte) (bool, error) {
+			if _, _, frame, ok := splitSuffix(k[len(prefix):]); ok {
+				kids[frame] = true
+			}
+			return true, nil
+		}); err != nil {
+			b.err = err
+			return
+		}
+		for _, r := range b.cur {
+			if r != nil && r.Scope == scope && r.ParentID == id {
+				kids[r.FrameID] = true
+			}
+		}
+		row, _ := b.get(scope, id)
+		row.LiveKids = 0
+		for kid := range kids {
+			if k, ok := b.get(scope, kid); ok && k.ParentID == id && k.Status.Live() {
+				row.LiveKids++
+			}
+		}
+		if row.Status != frames.StatusSuspended {
+			row.Status = frames.StatusActive
+			if row.LiveKids > 0 {
+				row.Status = frames.StatusWaiting
+			}
+		}
+		b.apply(frames.RegistryChange{Put: []frames.RegistryRow{row}})
+	}
+}
+
 // ops returns the table writes of the batch.
 func (b *regBatch) ops() ([]eventstore.TableOp, error) {
 	var ops []eventstore.TableOp

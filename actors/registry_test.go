@@ -191,6 +191,7 @@ func TestListFramesFilters(t *testing.T) {
 		for i := 0; i < 8; i++ {
 			addHandle(t, e.c, s, r.FrameID, compaction.Medium, strings.Repeat("talk ", 40))
 		}
+		e.clock.Advance(time.Millisecond) // the new link is newer
 		cont, err := e.c.ContinueFrame(ctx, &messages.ContinueFrame{Header: mut(s), FrameID: r.FrameID, ResumeCeiling: 100})
 		require.NoError(t, err)
 		got := listAll(t, e.c, messages.ListFrames{InScope: s, ChainRoot: r.FrameID}, 10)
@@ -498,4 +499,47 @@ func TestListFramesNotServedWithoutTables(t *testing.T) {
 	_, err = srv.Client().ListFrames(ctx, &messages.ListFrames{})
 	require.ErrorIs(t, err, actors.ErrUnavailable)
 	assert.Contains(t, err.Error(), "not served")
+}
+
+// A registry that first reads the log after a retention removed a live
+// frame's push (an old file, a follower far behind) still lists that
+// frame: from the scope's projection when it meets the retention's
+// record, with its live children counted (a child live across the cut,
+// and a child pushed after it), and not the runs the retention removed.
+func TestRegistryStartedAfterRetentionListsLiveFrames(t *testing.T) {
+	e := newEnv(t, func(c *actors.Config) {
+		c.RequestHorizon, c.ClockSkew = time.Minute, time.Second
+		c.RegistryOff = true
+	})
+	const scope = "late"
+	root, err := e.c.PushFrame(ctx, &messages.PushFrame{Header: mut(scope), Goal: "chat", Budget: budget.TokenBudget{Total: 1_000_000}})
+	require.NoError(t, err)
+	var runs []string
+	for i := range 5 {
+		runs = append(runs, runChild(t, e.c, scope, root.FrameID, i))
+	}
+	e.clock.Advance(time.Hour)
+	rep := retain(t, e, frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete}, "")
+	require.Equal(t, 4, rep.Scopes[0].Runs)
+	kid := push(t, e.c, scope, root.FrameID, 10) // after the cut: the root waits on it
+
+	e.cfg.RegistryOff = false
+	e.restart()
+	got := listAllAt(t, e, messages.ListFrames{InScope: scope})
+	byID := map[string]messages.FrameEntry{}
+	for _, f := range got {
+		byID[f.FrameID] = f
+	}
+	require.Len(t, got, 3, "the live root, the kept run and the new child: %v", ids(got))
+	assert.Equal(t, "waiting", byID[root.FrameID].Status, "the seeded root counts its live child")
+	assert.Equal(t, "chat", byID[root.FrameID].Goal)
+	assert.Equal(t, "completed", byID[runs[4]].Status)
+	assert.Equal(t, "active", byID[kid].Status)
+
+	_, err = e.c.PopFrame(ctx, &messages.PopFrame{Header: mut(scope), FrameID: kid, Status: frames.StatusCompleted})
+	require.NoError(t, err)
+	r, err := e.c.ListFrames(ctx, &messages.ListFrames{InScope: scope, Statuses: []string{"active"}}, seeOwn)
+	require.NoError(t, err)
+	require.Len(t, r.Frames, 1)
+	assert.Equal(t, root.FrameID, r.Frames[0].FrameID, "its last child ended: active again")
 }

@@ -9,12 +9,19 @@ import "github.com/stateindex/stateindex/budget"
 //
 // Removal: rows of a scope leave the index when the history that made
 // them is removed — retention (scope.retention_applied) removes the rows
-// of the finished frames pushed at or before its Through (the runs it
-// removed; a frame still live then stays, as it stays in the scope's
-// projection), destroy (scope.destroyed) every row of the scope pushed
+// of the frames whose records all lie at or before its Through (pushed
+// and ended there: the runs it removed; a frame still live then stays, as
+// it stays in the scope's projection, and so does one that ended after
+// Through), destroy (scope.destroyed) every row of the scope pushed
 // before it. Nothing is kept "archived": the index never lists a frame
 // whose records are gone, and a chain link that pointed at one keeps only
 // the id (GetChain answers its tombstone).
+//
+// A reader that starts after retention removed a live frame's push (an
+// old file, a reader far behind) never sees the push: a frame.popped
+// carries the frame's record (Final), from which the row is made; a frame
+// still live is taken from the scope's projection (RowOfFrame) when the
+// reader meets the retention's record.
 
 // RegistryRow is what the registry records about one frame.
 type RegistryRow struct {
@@ -29,8 +36,10 @@ type RegistryRow struct {
 	ContinuedTo   string `msgpack:"cto,omitempty"`
 	CreatedAt     int64  `msgpack:"at"`
 	FinishedAt    int64  `msgpack:"fi,omitempty"`
-	// PushVersion is the scope version of the frame's frame.pushed.
+	// PushVersion is the scope version of the frame's frame.pushed,
+	// EndVersion of its frame.popped (0 while it is live).
 	PushVersion int64 `msgpack:"pv"`
+	EndVersion  int64 `msgpack:"ev,omitempty"`
 	// TokensUsed and Cost are what the frame used, recorded when it ends
 	// (from its frame.popped; 0 while it is live).
 	TokensUsed int64       `msgpack:"tu,omitempty"`
@@ -43,7 +52,8 @@ type RegistryRow struct {
 }
 
 // RegistryDrop says which rows of a scope leave the registry: those
-// pushed at or before Through, the finished ones only unless All.
+// pushed and ended at or before Through (All: pushed at or before it,
+// live or not).
 type RegistryDrop struct {
 	Scope   string
 	Through int64
@@ -52,7 +62,7 @@ type RegistryDrop struct {
 
 // Removes reports whether the drop removes row r.
 func (d RegistryDrop) Removes(r RegistryRow) bool {
-	return r.Scope == d.Scope && r.PushVersion <= d.Through && (d.All || r.Status.Terminal())
+	return r.Scope == d.Scope && r.PushVersion <= d.Through && (d.All || (r.EndVersion != 0 && r.EndVersion <= d.Through))
 }
 
 // RegistryChange is what one event changes in the registry: rows written
@@ -115,10 +125,15 @@ func FoldRegistry(ev Event, version int64, get func(scope, frame string) (Regist
 		}
 	case *FramePopped:
 		row, ok := get(m.Scope, m.Frame)
-		if !ok {
+		if !ok && e.Final == nil {
 			break
 		}
-		row.Status, row.FinishedAt, row.SuspendReason = e.Status, e.At, ""
+		if !ok { // its push is gone (retention): its record stands for it
+			f := e.Final
+			row = RegistryRow{Scope: m.Scope, FrameID: f.ID, ParentID: f.ParentID, Goal: f.Goal, Depth: f.Depth,
+				ChainRoot: f.ChainRoot, ContinuedFrom: f.ContinuedFrom, CreatedAt: f.CreatedAt, PushVersion: f.PushSeq}
+		}
+		row.Status, row.FinishedAt, row.SuspendReason, row.EndVersion = e.Status, e.At, "", version
 		if e.Status == StatusContinued {
 			row.ContinuedTo = e.ContinuedTo
 			if row.ChainRoot == "" {
@@ -132,7 +147,7 @@ func FoldRegistry(ev Event, version int64, get func(scope, frame string) (Regist
 			row.TokensUsed, row.Cost = e.ChargedTokens, e.ChargedCost
 		}
 		ch.Put = append(ch.Put, row)
-		if row.ParentID != "" {
+		if row.ParentID != "" && ok {
 			if p, ok := get(m.Scope, row.ParentID); ok {
 				if p.LiveKids > 0 {
 					p.LiveKids--
@@ -162,4 +177,17 @@ func FoldRegistry(ev Event, version int64, get func(scope, frame string) (Regist
 		ch.Drop = &RegistryDrop{Scope: m.Scope, Through: version - 1, All: true}
 	}
 	return ch
+}
+
+// RowOfFrame is the row of a live frame as a scope's projection holds it
+// (for a reader that never saw its push). LiveKids is left 0: the caller
+// counts the children it has rows of.
+func RowOfFrame(scope string, f *Frame) RegistryRow {
+	r := RegistryRow{Scope: scope, FrameID: f.ID, ParentID: f.ParentID, Goal: f.Goal, Status: f.Status, Depth: f.Depth,
+		ChainRoot: f.ChainRoot, ContinuedFrom: f.ContinuedFrom, ContinuedTo: f.ContinuedTo, CreatedAt: f.CreatedAt,
+		PushVersion: f.PushSeq}
+	if f.Suspension != nil {
+		r.SuspendReason = f.Suspension.Reason
+	}
+	return r
 }

@@ -207,7 +207,7 @@ func TestRegistryChainPointers(t *testing.T) {
 	a, _ := m.get("agent-1", "a")
 	b, _ := m.get("agent-1", "b")
 	assert.Equal(t, frames.RegistryRow{Scope: "agent-1", FrameID: "a", ParentID: "root", Goal: "goal a", Status: frames.StatusContinued,
-		Depth: 1, ChainRoot: "a", ContinuedTo: "b", CreatedAt: a.CreatedAt, FinishedAt: a.FinishedAt, PushVersion: 2}, a,
+		Depth: 1, ChainRoot: "a", ContinuedTo: "b", CreatedAt: a.CreatedAt, FinishedAt: a.FinishedAt, PushVersion: 2, EndVersion: b.PushVersion - 1}, a,
 		"a continued frame ends continued, its chain's root, pointing at the next link")
 	assert.Equal(t, "a", b.ChainRoot)
 	assert.Equal(t, "a", b.ContinuedFrom)
@@ -256,15 +256,44 @@ func TestRegistryRemoval(t *testing.T) {
 		})
 	}
 
-	t.Run("events naming a row the registry does not have change nothing", func(t *testing.T) {
-		m := memRegistry{}
-		for _, ev := range w.log[2:] { // run1's pop without its push
-			if ev.EventType() == frames.TypeFramePopped {
-				ch := frames.FoldRegistry(ev, 3, m.get)
-				assert.Empty(t, ch.Put)
+	t.Run("a pop whose push was never seen makes the row from its record", func(t *testing.T) {
+		var pop *frames.FramePopped
+		var version int64
+		for i, ev := range w.log {
+			if p, ok := ev.(*frames.FramePopped); ok && p.Frame != "" {
+				pop, version = p, int64(i+1)
 				break
 			}
 		}
+		require.NotNil(t, pop)
+		require.NotNil(t, pop.Final)
+		m := memRegistry{}
+		m.fold(pop, version)
+		got, ok := m.get("agent-1", pop.Frame)
+		require.True(t, ok)
+		want, _ := base.get("agent-1", pop.Frame)
+		assert.Equal(t, want, got, "the same row as from the whole log")
+
+		old := *pop
+		old.Final = nil // a pop written before records existed
+		assert.Empty(t, frames.FoldRegistry(&old, version, memRegistry{}.get).Put, "nothing to make a row from")
+	})
+	t.Run("a frame pushed before the cut and ended after it stays", func(t *testing.T) {
+		m := memRegistry{}
+		for k, v := range base {
+			m[k] = v
+		}
+		r := m["agent-1/run2"]
+		m.fold(&frames.RetentionApplied{Meta: frames.Meta{Scope: "agent-1"}, Through: r.EndVersion - 1}, 9)
+		_, ok := m.get("agent-1", "run2")
+		assert.True(t, ok, "run2 ended at %d, after the cut", r.EndVersion)
+		_, ok = m.get("agent-1", "run1")
+		assert.False(t, ok)
+	})
+	t.Run("a live frame's row from the projection", func(t *testing.T) {
+		r := frames.RowOfFrame("agent-1", w.s.Frame("run3"))
+		want, _ := base.get("agent-1", "run3")
+		assert.Equal(t, want, r)
 	})
 	t.Run("only registry events are read", func(t *testing.T) {
 		assert.True(t, frames.RegistryEvent(frames.TypeFramePushed))

@@ -123,7 +123,10 @@ func benchRegistrySize(t *testing.T, n int) {
 		{"one scope", &messages.ListFrames{InScope: mid.Scope}},
 		{"children of a parent", &messages.ListFrames{InScope: mid.Scope, ParentID: mid.ParentID}},
 		{"scope prefix (a tenant)", &messages.ListFrames{ScopePrefix: "tenant-0.agent-1"}},
+		{"scope prefix (every tenant)", &messages.ListFrames{ScopePrefix: "tenant-"}},
 		{"goal prefix (selective)", &messages.ListFrames{GoalPrefix: fmt.Sprintf("task %d", n/2)}},
+		{"goal prefix (broad)", &messages.ListFrames{GoalPrefix: "task 1"}},
+		{"finished in a window (no index)", &messages.ListFrames{FinishedAfter: mid.FinishedAt, FinishedBefore: mid.FinishedAt + int64(10*time.Second)}},
 		{"created in a 10 s window", &messages.ListFrames{CreatedAfter: mid.CreatedAt, CreatedBefore: mid.CreatedAt + int64(10*time.Second)}},
 	}
 	for _, q := range queries {

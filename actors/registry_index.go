@@ -50,7 +50,7 @@ const (
 	// registryExamine bounds the index entries one page examines: a page
 	// may end short of its limit, with a cursor, when its filters match
 	// rarely in the index it reads.
-	registryExamine = 20_000
+	registryExamine = 10_000
 	// registryCollect bounds what a prefix index (goal, scope prefix)
 	// collects before the query reads a time-ordered index instead.
 	registryCollect = 20_000
@@ -435,8 +435,11 @@ func encodeCursor(suffix []byte) string {
 var errBadCursor = errors.New("the cursor is not one a ListFrames reply gave (truncated, altered or of another release)")
 
 func decodeCursor(s string) ([]byte, error) {
+	if len(s) > 2048 {
+		return nil, errBadCursor
+	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 6 || b[0] != cursorVersion || len(s) > 2048 {
+	if err != nil || len(b) < 6 || b[0] != cursorVersion {
 		return nil, errBadCursor
 	}
 	body := b[:len(b)-4]

@@ -74,7 +74,7 @@ func waitFor(ctx context.Context, def time.Duration) int64 {
 	if dl, ok := ctx.Deadline(); ok {
 		left = time.Until(dl)
 	}
-	left -= min(left/10, 200*time.Millisecond)
+	left -= min(left/5, time.Second)
 	return max(left.Milliseconds(), 1)
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -42,6 +43,7 @@ func threads(args []string, stdout, stderr io.Writer) error {
 	finishedUntil := fs.String("finished-until", "", "finished before (as --until)")
 	limit := fs.Int("limit", 0, "entries per page (default 100, at most 1000)")
 	cursor := fs.String("cursor", "", "the next page: a previous answer's cursor")
+	minPos := fs.Uint64("min-position", 0, "answer once the registry reflects at least this global position (--server; a write's Position), waiting up to --timeout")
 	asJSON := fs.Bool("json", false, "print the reply as JSON")
 	timeout := fs.Duration("timeout", 10*time.Second, "the request's deadline (--server)")
 	fs.Usage = func() {
@@ -60,7 +62,7 @@ func threads(args []string, stdout, stderr io.Writer) error {
 	}
 	now := time.Now()
 	req := &messages.ListFrames{GoalPrefix: *goal, ScopePrefix: *scopePrefix, InScope: *inScope, ParentID: *parent,
-		ChainRoot: *chain, Limit: *limit, Cursor: *cursor}
+		ChainRoot: *chain, Limit: *limit, Cursor: *cursor, MinPosition: *minPos}
 	if *status != "" {
 		for _, s := range strings.Split(*status, ",") {
 			req.Statuses = append(req.Statuses, strings.TrimSpace(s))
@@ -125,19 +127,28 @@ func threadsOnFile(ctx context.Context, dir string, req *messages.ListFrames) (*
 	return actors.QueryRegistry(ctx, store, req)
 }
 
+// remoting is the process's one remoting actor system for --server
+// (started once: gRPC's logger is process-wide, and a second start while
+// the first one's server goroutines run races on it).
+var remoting struct {
+	once sync.Once
+	sys  *actor.ActorSystem
+	err  error
+}
+
 func threadsOnServer(ctx context.Context, addr string, req *messages.ListFrames, timeout time.Duration) (*messages.ListFramesReply, error) {
 	if _, _, err := splitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("--server %q: want host:port", addr)
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	defer sys.Shutdown()
-	r, err := actors.StartRemote(sys, actors.RemoteConfig("127.0.0.1", 0))
-	if err != nil {
-		return nil, err
+	remoting.once.Do(func() {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		remoting.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+		_, remoting.err = actors.StartRemote(remoting.sys, actors.RemoteConfig("127.0.0.1", 0))
+	})
+	if remoting.err != nil {
+		return nil, remoting.err
 	}
-	defer r.Shutdown(true)
-	c := actors.NewClient(sys.Root, actors.RemotePID(addr), timeout)
+	c := actors.NewClient(remoting.sys.Root, actors.RemotePID(addr), timeout)
 	return c.ListFrames(ctx, req)
 }
 

@@ -4,18 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
+	"fmt"
 	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/internal/proctest"
 	"github.com/stateindex/stateindex/messages"
 )
 
@@ -86,37 +87,40 @@ func TestThreadsOnAFile(t *testing.T) {
 	assert.Contains(t, errb.String(), "held by another process")
 }
 
-// Against a running server, over remoting: the same listing.
+// Against a running server (`stateindex serve --listen`, a child process:
+// two remoting systems in one process race in gRPC's global logger), over
+// remoting: the same listing, once the server's registry reached the
+// file's last position.
 func TestThreadsAgainstAServer(t *testing.T) {
 	dir := t.TempDir()
-	store, err := openStore(dir, true, time.Second, false)
+	populate(t, dir)
+	st, err := openStore(dir, false, time.Second, true)
 	require.NoError(t, err)
-	defer store.Close()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	defer sys.Shutdown()
-	_, err = actors.StartRemote(sys, actors.RemoteConfig("127.0.0.1", 0))
+	last, err := st.LastSeq(context.Background())
 	require.NoError(t, err)
-	cfg := actors.DefaultConfig()
-	cfg.TokenKey, cfg.Logger = bytes.Repeat([]byte{7}, 32), quiet
-	srv, err := actors.Start(sys, store, cfg)
-	require.NoError(t, err)
-	defer srv.Stop()
-	_, err = srv.Expose(nil)
-	require.NoError(t, err)
-	c := srv.Client()
-	populateWith(t, c, context.Background())
-	// The CLI asks without MinPosition: wait here until the index has
-	// the writes.
-	_, err = c.ListFrames(context.Background(), &messages.ListFrames{}, actors.ListFramesOptions{SeeOwnWrites: true})
-	require.NoError(t, err)
+	require.NoError(t, st.Close())
 
-	r := threadsJSON(t, "--server", sys.Address())
+	_, file, _, _ := runtime.Caller(0)
+	bin := proctest.Build(t, filepath.Join(filepath.Dir(file), "..", ".."), "./cmd/stateindex")
+	addr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePorts(t, 1, false)[0])
+	srv := proctest.Start(t, "stateindex serve", bin, []string{"serve", "--data", dir, "--listen", addr})
+	srv.WaitLine(0, regexp.MustCompile(`stateindex serving`), 60*time.Second)
+	defer func() {
+		srv.Interrupt()
+		assert.NoError(t, srv.Wait(30*time.Second))
+	}()
+
+	at := strconv.FormatUint(last, 10)
+	r := threadsJSON(t, "--server", addr, "--min-position", at)
 	require.Len(t, r.Frames, 2)
 	assert.Equal(t, "book flights", r.Frames[0].Goal)
-	assert.Len(t, threadsJSON(t, "--server", sys.Address(), "--status", "waiting").Frames, 1)
+	assert.GreaterOrEqual(t, r.Position, last)
+	assert.Len(t, threadsJSON(t, "--server", addr, "--status", "waiting", "--min-position", at).Frames, 1)
 
 	var out, errb bytes.Buffer
-	assert.Equal(t, 1, run([]string{"threads", "--server", sys.Address(), "--status", "nope"}, &out, &errb))
+	assert.Equal(t, 1, run([]string{"threads", "--server", addr, "--status", "nope"}, &out, &errb))
 	assert.Contains(t, errb.String(), "unknown status")
+	errb.Reset()
+	assert.Equal(t, 1, run([]string{"threads", "--server", addr, "--min-position", "999999", "--timeout", "1s"}, &out, &errb))
+	assert.Contains(t, errb.String(), "registry index is at position")
 }

@@ -168,9 +168,13 @@ func TestVerifyCatchesEveryValueFlipAndDroppedTail(t *testing.T) {
 	all := entries(t, filepath.Join(dir, dbFile))
 	var records, others []entry
 	for _, e := range all {
-		if e.bucket[0] == "streams" {
+		switch {
+		case e.bucket[0] == "tables" || e.size == 0:
+			// Tables (the registry's index) are bookkeeping derived from
+			// the log, outside what verify proves (eventstore.Tables).
+		case e.bucket[0] == "streams":
 			records = append(records, e)
-		} else {
+		default:
 			others = append(others, e)
 		}
 	}

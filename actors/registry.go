@@ -22,8 +22,9 @@ import (
 // records, the rows they touch held in memory for the batch only — and
 // writes each batch's rows with the new position in one TableWrite. It
 // wakes on the store's commits (CommitWatcher; else it polls LastSeq every
-// 20 ms) and writes at most once per Config.RegistryInterval, so that its
-// writes add at most that many commits to a busy store. At start it
+// 20 ms) and catches up at most once per Config.RegistryInterval (at once
+// when it was idle longer), so that under load its writes add at most one
+// commit per interval to the store. At start it
 // resumes from the stored position: no rescan.
 //
 // The service actor answers ListFrames from the index. A request with a
@@ -113,7 +114,9 @@ func (f *registryFollower) loop() {
 		case <-ctx.Done():
 		}
 	}()
+	var last time.Time // the last catch-up
 	for {
+		last = time.Now()
 		for {
 			more, err := f.catchUp(ctx)
 			if err != nil {
@@ -138,11 +141,13 @@ func (f *registryFollower) loop() {
 		case <-f.wake:
 		case <-poll:
 		}
-		if f.every > 0 { // let commits gather: one index write for all of them
+		if wait := f.every - time.Since(last); wait > 0 {
+			// At most one catch-up per interval: the commits of the rest of
+			// it gather into one index write. An idle follower answers at once.
 			select {
 			case <-f.stop:
 				return
-			case <-time.After(f.every):
+			case <-time.After(wait):
 			}
 		}
 	}

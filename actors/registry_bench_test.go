@@ -3,14 +3,21 @@ package actors
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stateindex/stateindex/budget"
 
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
@@ -146,3 +153,70 @@ func benchRegistrySize(t *testing.T, n int) {
 			lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)*99/100].Round(time.Microsecond))
 	}
 }
+
+// TestRegistryWriteCost measures what keeping the registry costs the
+// durable write path: 16 writers append (fsynced, the default journal)
+// on a bolt file with the registry on and off, in alternating rounds
+// (STATEINDEX_REGISTRY_WRITE_BENCH=rounds; skipped without it); it prints
+// each round's writes/s and the medians.
+//
+//	STATEINDEX_REGISTRY_WRITE_BENCH=5 go test -run TestRegistryWriteCost -v ./actors/
+func TestRegistryWriteCost(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("STATEINDEX_REGISTRY_WRITE_BENCH"))
+	if rounds <= 0 {
+		t.Skip("set STATEINDEX_REGISTRY_WRITE_BENCH=5 to run")
+	}
+	const writers, each = 16, 150
+	run := func(off bool) float64 {
+		st, err := eventstore.Open(filepath.Join(t.TempDir(), "w.db"), nil)
+		require.NoError(t, err)
+		defer st.Close()
+		sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLog() }))
+		defer sys.Shutdown()
+		cfg := DefaultConfig()
+		cfg.TokenKey, cfg.Logger, cfg.RegistryOff = make([]byte, 32), quietLog(), off
+		if d, err := time.ParseDuration(os.Getenv("STATEINDEX_REGISTRY_INTERVAL")); err == nil {
+			cfg.RegistryInterval = d
+		}
+		srv, err := Start(sys, st, cfg)
+		require.NoError(t, err)
+		defer srv.Stop()
+		c := srv.Client()
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		start := time.Now()
+		for w := 0; w < writers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				scope := fmt.Sprintf("w-%d", w)
+				root, err := c.PushFrame(ctx, &messages.PushFrame{Header: messages.Header{Scope: scope}, Goal: "root", Budget: budget.TokenBudget{Total: 1 << 40}})
+				if !assert.NoError(t, err) {
+					return
+				}
+				for i := 0; i < each; i++ {
+					kid, err := c.PushFrame(ctx, &messages.PushFrame{Header: messages.Header{Scope: scope}, ParentID: root.FrameID, Goal: "step", Budget: budget.TokenBudget{Total: 10}})
+					if !assert.NoError(t, err) {
+						return
+					}
+					_, err = c.PopFrame(ctx, &messages.PopFrame{Header: messages.Header{Scope: scope}, FrameID: kid.FrameID, Status: frames.StatusCompleted})
+					if !assert.NoError(t, err) {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(writers*(1+2*each)) / time.Since(start).Seconds()
+	}
+	var on, off []float64
+	for r := 0; r < rounds; r++ {
+		off = append(off, run(true))
+		on = append(on, run(false))
+		t.Logf("round %d: registry off %.0f writes/s, on %.0f writes/s", r+1, off[r], on[r])
+	}
+	med := func(v []float64) float64 { s := append([]float64(nil), v...); sort.Float64s(s); return s[len(s)/2] }
+	t.Logf("median over %d rounds: registry off %.0f writes/s, on %.0f writes/s (%+.1f%%)", rounds, med(off), med(on), 100*(med(on)/med(off)-1))
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -101,24 +101,23 @@ type Config struct {
 // to run without one (cmd/stateindex keeps one in the data directory).
 func DefaultConfig() Config {
 	return Config{
-		Frames:           frames.DefaultConfig(),
-		Shards:           16,
-		CacheScopes:      4096,
-		CacheBytes:       256 << 20,
-		MaxPending:       10_000,
-		SnapshotEvery:    1000,
-		RequestHorizon:   time.Duration(frames.DefaultRequestHorizon),
-		ClockSkew:        time.Duration(frames.DefaultClockSkew),
-		Counter:          compaction.EstimateCounter{},
-		CounterName:      "estimate_bytes_div_4",
-		Summarizer:       compaction.Extractive{},
-		TokenTTL:         7 * 24 * time.Hour,
-		MaxTokenTTL:      90 * 24 * time.Hour,
-		Clock:            time.Now,
-		NewID:            NewID,
-		RequestTimeout:   30 * time.Second,
-		Logger:           slog.Default(),
-		RegistryInterval: 25 * time.Millisecond,
+		Frames:         frames.DefaultConfig(),
+		Shards:         16,
+		CacheScopes:    4096,
+		CacheBytes:     256 << 20,
+		MaxPending:     10_000,
+		SnapshotEvery:  1000,
+		RequestHorizon: time.Duration(frames.DefaultRequestHorizon),
+		ClockSkew:      time.Duration(frames.DefaultClockSkew),
+		Counter:        compaction.EstimateCounter{},
+		CounterName:    "estimate_bytes_div_4",
+		Summarizer:     compaction.Extractive{},
+		TokenTTL:       7 * 24 * time.Hour,
+		MaxTokenTTL:    90 * 24 * time.Hour,
+		Clock:          time.Now,
+		NewID:          NewID,
+		RequestTimeout: 30 * time.Second,
+		Logger:         slog.Default(),
 	}
 }
 
@@ -187,7 +186,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.RegistryInterval == 0:
-		c.RegistryInterval = d.RegistryInterval
+		c.RegistryInterval = 25 * time.Millisecond
 	case c.RegistryInterval < 0:
 		c.RegistryInterval = 0
 	}

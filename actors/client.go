@@ -42,6 +42,11 @@ type Client struct {
 	// members and carry a global request to one of them (services.go).
 	members func() []string
 	sendTo  func(ctx context.Context, member string, req messages.Request, timeout time.Duration) (any, error)
+	// positions holds the highest write position per member (home says
+	// which member holds a scope; nil: one server), for ListFrames'
+	// SeeOwnWrites (client_registry.go).
+	positions *writePositions
+	home      func(scope string) string
 }
 
 // NewClient returns a Client that sends every request to pid: a Server's
@@ -53,7 +58,7 @@ func NewClient(root *actor.RootContext, pid *actor.PID, timeout time.Duration) *
 	if timeout <= 0 {
 		timeout = DefaultConfig().RequestTimeout
 	}
-	c := &Client{root: root, timeout: timeout, newID: NewRequestID, route: func(string) *actor.PID { return pid }}
+	c := &Client{root: root, timeout: timeout, newID: NewRequestID, route: func(string) *actor.PID { return pid }, positions: newWritePositions()}
 	if isRemote(root.ActorSystem(), pid) {
 		c.send = remoteSend(root.ActorSystem(), func(string) (*actor.PID, error) { return pid, nil }, 0)
 	}
@@ -95,6 +100,9 @@ func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request
 	if r, ok := res.(R); ok {
 		if e := r.Failure(); e != nil {
 			return r, e
+		}
+		if _, ok := req.(messages.MutatingRequest); ok {
+			c.noteWrite(req, r)
 		}
 		return r, nil
 	}

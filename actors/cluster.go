@@ -342,7 +342,8 @@ func splitListen(addr string) (string, int, error) {
 // home member.
 func (n *ClusterNode) Client() *Client {
 	return &Client{root: n.sys.Root, timeout: n.cc.RequestTimeout, newID: NewRequestID, send: n.router.send,
-		members: func() []string { return slices.Clone(n.cc.Members) }, sendTo: n.router.sendTo}
+		members: func() []string { return slices.Clone(n.cc.Members) }, sendTo: n.router.sendTo,
+		positions: newWritePositions(), home: func(scope string) string { return HomeOf(scope, n.cc.Members) }}
 }
 
 // Cluster is the node's Proto.Actor cluster (hooks reach kinds with it).

@@ -98,6 +98,15 @@ type Config struct {
 	// RequestTimeout is the Client's deadline when its context has none.
 	RequestTimeout time.Duration
 	Logger         *slog.Logger
+	// RegistryOff turns the registry (ListFrames and the index the server
+	// keeps from the log) off. RegistryInterval is the least time between
+	// two catch-ups of its index under load (each gathers the commits
+	// since the last into one index write; an idle index catches up at
+	// once): it bounds what the index costs a busy store, and delays a
+	// read-your-writes ListFrames by up to as much. 0 is the default,
+	// 25 ms; a negative value none.
+	RegistryOff      bool
+	RegistryInterval time.Duration
 }
 
 // DefaultConfig returns the defaults. TokenKey is left empty: Start refuses
@@ -190,6 +199,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = d.RequestTimeout
+	}
+	switch {
+	case c.RegistryInterval == 0:
+		c.RegistryInterval = 25 * time.Millisecond
+	case c.RegistryInterval < 0:
+		c.RegistryInterval = 0
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger

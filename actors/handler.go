@@ -241,6 +241,13 @@ func estimateState(st *frames.State) int64 {
 	return n
 }
 
+// setPosition sets a write's reply's Position (messages.Result).
+func setPosition(r messages.Reply, pos uint64) {
+	if p, ok := r.(interface{ SetPosition(uint64) }); ok && r.Failure() == nil {
+		p.SetPosition(pos)
+	}
+}
+
 // requestHash is the digest of a request as sent (its id included: the
 // window is keyed by id, so including it changes nothing).
 func requestHash(req messages.Request) ([]byte, error) {
@@ -278,7 +285,12 @@ func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, inf
 	}
 	if dup {
 		if d.state != nil {
-			return replied(h.fromState(req, d, st, info, start))
+			// A position at or above the original write's: the store's.
+			r := h.fromState(req, d, st, info, start)
+			if pos, err := h.store.LastSeq(context.Background()); err == nil {
+				setPosition(r, pos)
+			}
+			return replied(r)
 		}
 		return outcome{job: h.repeatJob(req, d, rec, st)}
 	}
@@ -419,6 +431,7 @@ func (h *handler) finish(w *write, res eventstore.AppendResult, err error) messa
 	if err != nil {
 		return failure(w.req, toWire(err))
 	}
+	setPosition(reply, res.LastSeq)
 	h.maybeSnapshot(w.e)
 	h.checkpointRunFinished(w, res)
 	h.trim()
@@ -464,16 +477,19 @@ var errStop = errors.New("stop")
 func (h *handler) repeatJob(req messages.Request, d *opEntry, rec frames.RequestRecord, st *frames.State) *job {
 	type read struct {
 		evs []frames.Event
+		pos uint64
 		err error
 	}
 	scope := req.ScopeName()
 	return &job{scope: scope,
 		run: func() any {
 			var evs []frames.Event
+			var pos uint64 // the original write's last record
 			err := h.store.ReadStream(context.Background(), scope, rec.FirstVersion, func(r eventstore.Record) error {
 				if r.Version > rec.LastVersion {
 					return errStop
 				}
+				pos = r.Seq
 				ev, err := eventstore.DecodeFrameEvent(r)
 				if err != nil {
 					return err
@@ -484,7 +500,7 @@ func (h *handler) repeatJob(req messages.Request, d *opEntry, rec frames.Request
 			if errors.Is(err, errStop) {
 				err = nil
 			}
-			return read{evs, err}
+			return read{evs, pos, err}
 		},
 		finish: func(v any) outcome {
 			r := v.(read)
@@ -498,6 +514,7 @@ func (h *handler) repeatJob(req messages.Request, d *opEntry, rec frames.Request
 			if err != nil {
 				return replied(failure(req, toWire(err)))
 			}
+			setPosition(reply, r.pos)
 			h.contextChange(st, req, reply)
 			if d.after != nil {
 				if j := d.after(h, st, req, reply); j != nil {

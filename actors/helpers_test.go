@@ -17,6 +17,7 @@ import (
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/messages"
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
@@ -38,7 +39,7 @@ type env struct {
 	t      *testing.T
 	dir    string
 	path   string
-	store  *eventstore.BoltStore
+	store  quietStore
 	sys    *actor.ActorSystem
 	srv    *actors.Server
 	c      *actors.Client
@@ -79,7 +80,7 @@ func (e *env) start() {
 	e.t.Helper()
 	st, err := eventstore.Open(e.path, &eventstore.Options{NoSync: true})
 	require.NoError(e.t, err)
-	e.store = st
+	e.store = quietStore{BoltStore: st, e: e}
 	e.sys = quietSystem()
 	e.srv, err = actors.Start(e.sys, st, e.cfg)
 	require.NoError(e.t, err)
@@ -95,6 +96,31 @@ func (e *env) stop() {
 	e.sys.Shutdown()
 	_ = e.store.Close()
 	e.closed = true
+}
+
+// quietStore is the env's store: its Verify first lets the registry
+// write what it has to (Verify wants a quiet store: its page check reads
+// what a concurrent commit changes, and the registry commits its index
+// after the scopes' commits).
+type quietStore struct {
+	*eventstore.BoltStore
+	e *env
+}
+
+func (s quietStore) Verify(ctx context.Context, report func(stream string, err error)) error {
+	s.e.settle()
+	return s.BoltStore.Verify(ctx, report)
+}
+
+// settle waits until the registry's index reflects the whole log (its last
+// write done), when the server runs one.
+func (e *env) settle() {
+	e.t.Helper()
+	if e.closed || e.cfg.RegistryOff {
+		return
+	}
+	_, err := e.c.ListFrames(ctx, &messages.ListFrames{Limit: 1, MinPosition: e.seq()})
+	require.NoError(e.t, err)
 }
 
 // restart simulates a process restart: new actor system, same data file.

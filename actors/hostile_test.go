@@ -916,6 +916,45 @@ func TestHostileInputCatalogue(t *testing.T) {
 			_, err := c.AwaitFrame(ctx, &messages.AwaitFrame{Header: messages.Header{Scope: s, RequestID: "r-1"}, FrameID: root})
 			return err
 		}, actors.ErrInvalidArgument, nil},
+		// The registry (ListFrames): refused with what is wrong, nothing written.
+		{"ListFrames: an unknown status", func() error {
+			_, err := c.ListFrames(ctx, &messages.ListFrames{Statuses: []string{"active", "finished"}})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"ListFrames: a time range reversed", func() error {
+			_, err := c.ListFrames(ctx, &messages.ListFrames{CreatedAfter: 20, CreatedBefore: 10})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"ListFrames: a limit beyond 1000", func() error {
+			_, err := c.ListFrames(ctx, &messages.ListFrames{Limit: 1 << 30})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"ListFrames: a forged cursor", func() error {
+			_, err := c.ListFrames(ctx, &messages.ListFrames{Cursor: base64.RawURLEncoding.EncodeToString([]byte{1, 0x80, 0, 0, 0, 0})})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"ListFrames: a huge cursor", func() error {
+			_, err := c.ListFrames(ctx, &messages.ListFrames{Cursor: strings.Repeat("A", 1<<20)})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"ListFrames: a parent without its scope", func() error {
+			_, err := c.ListFrames(ctx, &messages.ListFrames{ParentID: root})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"ListFrames: a scope in the header", func() error {
+			_, err := c.ListFrames(ctx, &messages.ListFrames{Header: mut(s)})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"ListFrames: a position never reached", func() error {
+			short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+			_, err := c.ListFrames(short, &messages.ListFrames{MinPosition: 1 << 62})
+			return err
+		}, actors.ErrUnavailable, nil},
+		{"ListFrames: a position never reached, no wait", func() error {
+			_, err := c.ListFrames(ctx, &messages.ListFrames{MinPosition: 1 << 62, WaitMillis: -1})
+			return err
+		}, actors.ErrInvalidArgument, nil},
 
 		// The data file: a damaged scope, a truncated file, a held file.
 		{"a scope whose log is damaged: read", func() error {

@@ -30,6 +30,9 @@ type Server struct {
 	subs     *subService
 	mu       sync.Mutex
 	hooks    []*Hooks // StartHooks
+	// registry keeps the index ListFrames reads (registry.go).
+	registry    *registryFollower
+	registryPID *actor.PID
 }
 
 // Start spawns the StateIndex on sys over store. The store stays the
@@ -84,6 +87,10 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 			answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)), nil, 0)
 		}
 	}))
+	if err := s.startRegistry(); err != nil {
+		s.Stop()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -94,7 +101,7 @@ func (s *Server) PID() *actor.PID { return s.router }
 func (s *Server) Client() *Client {
 	shards, gates := s.shards, s.gates
 	clock := s.cfg.Clock // the server's clock stamps in-process ids, so test clocks agree
-	return &Client{root: s.sys.Root, timeout: s.cfg.RequestTimeout, newID: func() string { return requestIDAt(clock()) },
+	return &Client{root: s.sys.Root, timeout: s.cfg.RequestTimeout, newID: func() string { return requestIDAt(clock()) }, positions: newWritePositions(),
 		route:  func(scope string) *actor.PID { return shards[shardOf(scope, len(shards))] },
 		global: func(op messages.Op) *actor.PID { return s.services[op] },
 		admit: func(req messages.Request) (any, error) {
@@ -128,6 +135,7 @@ func (s *Server) Stop() {
 	if s.subs != nil {
 		s.subs.stop() // parked polls are answered; reads in flight end first
 	}
+	s.stopRegistry()
 	for _, pid := range s.shards {
 		_, _ = s.sys.Root.RequestFuture(pid, &drain{}, time.Minute).Result()
 	}

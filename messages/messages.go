@@ -103,7 +103,18 @@ type Result struct {
 	Err *Error `msgpack:"err,omitempty"`
 	// Version is the scope's version after the operation (for reads: as read).
 	Version int64 `msgpack:"ver"`
+	// Position, on a write's reply, is the global sequence of the write's
+	// last record (for a repeated request: the original write's, or a
+	// position at or above it); 0 on reads. ListFrames with MinPosition at
+	// or above it sees the write (read-your-writes).
+	Position uint64 `msgpack:"pos,omitempty"`
 }
+
+// SetPosition sets the reply's Position (every reply embeds Result).
+func (r *Result) SetPosition(p uint64) { r.Position = p }
+
+// WritePosition returns the reply's Position.
+func (r *Result) WritePosition() uint64 { return r.Position }
 
 // Failure returns the error, or nil on success.
 func (r *Result) Failure() *Error { return r.Err }

@@ -33,6 +33,7 @@ const (
 	OpReadEvents
 	OpAckEvents
 	OpUnsubscribe
+	OpListFrames
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -115,6 +116,8 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(AckEvents) }, NewReply: func() Reply { return new(AckEventsReply) }},
 	OpUnsubscribe: {Name: "Unsubscribe", ReplyName: "UnsubscribeReply", Global: true,
 		NewRequest: func() Request { return new(Unsubscribe) }, NewReply: func() Reply { return new(UnsubscribeReply) }},
+	OpListFrames: {Name: "ListFrames", ReplyName: "ListFramesReply", Global: true,
+		NewRequest: func() Request { return new(ListFrames) }, NewReply: func() Reply { return new(ListFramesReply) }},
 }
 
 func init() {

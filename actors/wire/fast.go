@@ -248,6 +248,9 @@ func appendGetStackReply(b []byte, m *messages.GetStackReply) ([]byte, error) {
 	if m.Err != nil {
 		n++
 	}
+	if m.Position != 0 {
+		n++
+	}
 	if len(m.Frames) > 0 {
 		n++
 	}
@@ -262,6 +265,9 @@ func appendGetStackReply(b []byte, m *messages.GetStackReply) ([]byte, error) {
 		}
 	}
 	b = appendKeyInt(b, "ver", m.Version)
+	if m.Position != 0 {
+		b = appendUint(appendStr(b, "pos"), m.Position)
+	}
 	if len(m.Frames) > 0 {
 		b = appendArrayLen(appendStr(b, "fs"), len(m.Frames))
 		for i := range m.Frames {
@@ -520,6 +526,39 @@ func (r *reader) int() (int64, error) {
 	}
 }
 
+// uint64 reads a non-negative integer (as appendUint writes it).
+func (r *reader) uint64() (uint64, error) {
+	c, err := r.byte1()
+	if err != nil {
+		return 0, err
+	}
+	if c <= 0x7f {
+		return uint64(c), nil
+	}
+	var size int
+	switch c {
+	case 0xcc:
+		size = 1
+	case 0xcd:
+		size = 2
+	case 0xce:
+		size = 4
+	case 0xcf:
+		size = 8
+	default:
+		return 0, errFallback
+	}
+	p, err := r.take(size)
+	if err != nil {
+		return 0, err
+	}
+	var u uint64
+	for _, x := range p {
+		u = u<<8 | uint64(x)
+	}
+	return u, nil
+}
+
 // uint8 reads an integer in 0..255.
 func (r *reader) uint8() (uint8, error) {
 	n, err := r.int()
@@ -696,6 +735,8 @@ func readGetStackReply(r *reader, m *messages.GetStackReply) error {
 			return 2
 		case "chh":
 			return 3
+		case "pos":
+			return 4
 		}
 		return -1
 	}, func(r *reader, i int) (err error) {
@@ -708,6 +749,9 @@ func readGetStackReply(r *reader, m *messages.GetStackReply) error {
 			return err
 		case 3:
 			m.ChainHead, err = r.str()
+			return err
+		case 4:
+			m.Position, err = r.uint64()
 			return err
 		}
 		n, err := r.arrayLen()

@@ -32,6 +32,9 @@ func randomStack(rng *rand.Rand) *messages.GetStackReply {
 		return fmt.Sprintf("f-%d", rng.Intn(1000))
 	}
 	r := &messages.GetStackReply{Result: messages.Result{Version: i()}}
+	if rng.Intn(3) == 0 {
+		r.Position = uint64(i()) // a write's position (negative edges: beyond int64, the fallback)
+	}
 	if rng.Intn(5) == 0 {
 		r.Err = &messages.Error{Code: messages.CodeFrameNotFound, Message: s(), Needed: i(), Available: i()}
 	}

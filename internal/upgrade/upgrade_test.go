@@ -75,6 +75,7 @@ func checkFixture(t *testing.T, dir string) {
 	require.Equal(t, m.LastSeq, seq, "the copy holds what the manifest says was written")
 
 	t.Run("scopes serve", u.scopesServe)
+	t.Run("the registry builds from the old log and lists its frames", u.registryLists)
 	t.Run("old request ids answer with their original reply", u.resendAll)
 	t.Run("recovery lists the fixture's frames and pending work", u.recoveryMatches)
 	t.Run("recorded reads answer the same", u.readsMatch)

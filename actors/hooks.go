@@ -303,6 +303,11 @@ func (r *hookRunner) send(note *messages.HookNotification) error {
 		}
 		res = m.Value
 	}
+	if rep, ok := res.(messages.Reply); ok && rep.Failure() != nil {
+		// An error reply (a node that could not read the notification
+		// answers a wire Failure) has not taken it: send it again.
+		return fmt.Errorf("error reply: %w", rep.Failure())
+	}
 	switch v := res.(type) {
 	case *actor.DeadLetterResponse:
 		return fmt.Errorf("no actor %s", r.targetPID())

@@ -12,8 +12,9 @@ type Notification interface {
 // in log order: the same notice may come again (after a restart, or when
 // the reply was lost), with the same Hook, Member, Position and Notice,
 // which identify it. The target answers each with a HookAck (any reply
-// counts as one); until it does, the hook sends it again after the hook's
-// timeout, and later notices wait.
+// counts as one, except an error reply: a Reply whose Failure is set);
+// until it does, the hook sends it again after the hook's timeout, and
+// later notices wait.
 type HookNotification struct {
 	Hook     string `msgpack:"hk"`
 	Notice   string `msgpack:"n"`

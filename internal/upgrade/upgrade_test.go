@@ -81,6 +81,7 @@ func checkFixture(t *testing.T, dir string) {
 	t.Run("recorded reads answer the same", u.readsMatch)
 	t.Run("removed chain links answer with their tombstone", u.tombstonesServe)
 	t.Run("awaits answer with the recorded status", u.awaitsAnswer)
+	t.Run("subscriptions read the old log", u.subscriptionsRead)
 	var grown map[string]Chain
 	t.Run("live chains go on continuing", func(t *testing.T) { grown = u.chainsContinue(t) })
 

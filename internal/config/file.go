@@ -32,6 +32,7 @@ type File struct {
 	Retention      Retention
 	Expiry         Expiry
 	Hooks          []Hook
+	Registry       Registry
 
 	// Sources lists the files read, the named one first, then each base.
 	Sources []string
@@ -46,6 +47,13 @@ type File struct {
 type Continuation struct {
 	Auto      bool
 	Threshold float64
+}
+
+// Registry configures the index ListFrames reads (actors.Config
+// RegistryOff, RegistryInterval).
+type Registry struct {
+	Enabled  bool
+	Interval time.Duration
 }
 
 // Cache bounds the hot scopes kept in memory.
@@ -138,6 +146,7 @@ func Default() *File {
 		RequestTimeout: d.RequestTimeout,
 		Remoting:       Remoting{MaxMessageBytes: wire.DefaultMaxBytes},
 		Cluster:        Cluster{HealthInterval: time.Second},
+		Registry:       Registry{Enabled: true, Interval: 25 * time.Millisecond},
 		Retention:      Retention{Default: RetentionPolicy{KeepLastN: 10, DeleteOlderThan: 7 * 24 * time.Hour, OnCompletion: Keep, ArchiveDir: "archive"}, Interval: time.Minute},
 		origins:        map[string]Origin{},
 	}
@@ -167,6 +176,7 @@ func (f *File) ActorsConfig(base actors.Config) actors.Config {
 	c.TokenTTL, c.MaxTokenTTL = f.Tokens.TTL, f.Tokens.MaxTTL
 	c.RequestTimeout = f.RequestTimeout
 	c.SubscriptionHold = f.Retention.HoldForSubscribers
+	c.RegistryOff, c.RegistryInterval = !f.Registry.Enabled, f.Registry.Interval
 	return c
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stateindex/stateindex/actors"
 )
 
 func TestHooksLoadAndExplain(t *testing.T) {
@@ -72,4 +74,23 @@ func TestHooksRefuseBadConfiguration(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+func TestRegistryConfiguration(t *testing.T) {
+	d, err := Load("")
+	require.NoError(t, err)
+	c := d.ActorsConfig(actors.DefaultConfig())
+	assert.False(t, c.RegistryOff)
+	assert.Equal(t, 25*time.Millisecond, c.RegistryInterval)
+
+	dir := write(t, map[string]string{"si.yaml": "registry:\n  enabled: off\n  interval: 250ms\n"})
+	f, err := Load(filepath.Join(dir, "si.yaml"))
+	require.NoError(t, err)
+	c = f.ActorsConfig(actors.DefaultConfig())
+	assert.True(t, c.RegistryOff)
+	assert.Equal(t, 250*time.Millisecond, c.RegistryInterval)
+
+	dir = write(t, map[string]string{"si.yaml": "registry:\n  interval: 0s\n"})
+	_, err = Load(filepath.Join(dir, "si.yaml"))
+	require.ErrorContains(t, err, "registry.interval must be positive")
 }

@@ -119,6 +119,8 @@ var settings = func() []setting {
 		setting{key: "expiry.inactive_after", spec: nonNegative(), field: func(f *File) any { return &f.Expiry.Default.InactiveAfter }},
 		setting{key: "expiry.overrides", overrides: true},
 		setting{key: "hooks", overrides: true},
+		setting{key: "registry.enabled", field: func(f *File) any { return &f.Registry.Enabled }},
+		setting{key: "registry.interval", spec: positive(), field: func(f *File) any { return &f.Registry.Interval }},
 	)
 	return s
 }()

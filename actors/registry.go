@@ -34,7 +34,6 @@ import (
 
 const (
 	registryBatch    = 1000
-	registryPoll     = 20 * time.Millisecond
 	maxRegistryWait  = 5 * time.Minute
 	registryRetryGap = time.Second
 )
@@ -86,25 +85,17 @@ func (f *registryFollower) position() uint64 {
 
 // start runs the follower until close.
 func (f *registryFollower) start() {
-	if w, ok := f.store.(eventstore.CommitWatcher); ok {
-		f.unwatch = w.WatchCommits(func(uint64) {
-			select {
-			case f.wake <- struct{}{}:
-			default:
-			}
-		})
-	}
+	f.unwatch = watchCommits(f.store, func(uint64) {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	})
 	go f.loop()
 }
 
 func (f *registryFollower) loop() {
 	defer close(f.done)
-	var poll <-chan time.Time
-	if f.unwatch == nil {
-		t := time.NewTicker(registryPoll)
-		defer t.Stop()
-		poll = t.C
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -139,7 +130,6 @@ func (f *registryFollower) loop() {
 		case <-f.stop:
 			return
 		case <-f.wake:
-		case <-poll:
 		}
 		if wait := f.every - time.Since(last); wait > 0 {
 			// At most one catch-up per interval: the commits of the rest of

@@ -2,10 +2,12 @@ package actors
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/messages"
 )
 
@@ -92,4 +94,45 @@ func callOn[R messages.Reply](ctx context.Context, c *Client, member string, req
 		return c.sendTo(ctx, member, req, timeout)
 	}
 	return call[R](ctx, &cc, req)
+}
+
+// commitPoll is how often watchCommits asks a store without a
+// CommitWatcher for its last sequence.
+const commitPoll = 20 * time.Millisecond
+
+// watchCommits calls fn after the store's durable commits, with its last
+// sequence: from the store's CommitWatcher, or — for a store without one —
+// from a goroutine that polls LastSeq every commitPoll and calls fn when
+// it moved. fn must not block. The log's readers (the subscription
+// service, the registry's follower) wake on it. stop ends it; fn is not
+// called after stop returns.
+func watchCommits(store eventstore.Store, fn func(seq uint64)) (stop func()) {
+	if w, ok := store.(eventstore.CommitWatcher); ok {
+		return w.WatchCommits(fn)
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(commitPoll)
+		defer t.Stop()
+		var last uint64
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if seq, err := store.LastSeq(context.Background()); err == nil && seq != last {
+					last = seq
+					fn(seq)
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+		})
+	}
 }

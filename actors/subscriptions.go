@@ -34,9 +34,6 @@ const (
 	// subScanCap bounds the records one read job scans: a read whose
 	// filter matched nothing in them goes on from there in a new job.
 	subScanCap = 65_536
-	// subPollEvery is how often a store without CommitWatcher is asked
-	// for its last sequence while polls are parked.
-	subPollEvery = 20 * time.Millisecond
 )
 
 // subRecord is a durable subscription as stored (msgpack).
@@ -71,7 +68,6 @@ type subService struct {
 	jobs      sync.WaitGroup // read and table jobs in flight
 	tableMu   sync.Mutex     // serializes a subscription's read-modify-writes
 	stopWatch func()
-	pollStop  chan struct{}
 }
 
 // poll is one ReadEvents being served: resolved to its filter and
@@ -217,42 +213,16 @@ func (svc *subService) Receive(c actor.Context) {
 	}
 }
 
-// watch subscribes to the store's commits, or polls its last sequence.
+// watch subscribes to the store's commits (watchCommits).
 func (svc *subService) watch() {
 	pid, root := svc.self, svc.root
-	if w, ok := svc.store.(eventstore.CommitWatcher); ok {
-		svc.stopWatch = w.WatchCommits(func(seq uint64) { root.Send(pid, &subAdvanced{seq: seq}) })
-		return
-	}
-	stop := make(chan struct{})
-	svc.pollStop = stop
-	store := svc.store
-	go func() {
-		t := time.NewTicker(subPollEvery)
-		defer t.Stop()
-		var last uint64
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if seq, err := store.LastSeq(context.Background()); err == nil && seq != last {
-					last = seq
-					root.Send(pid, &subAdvanced{seq: seq})
-				}
-			}
-		}
-	}()
+	svc.stopWatch = watchCommits(svc.store, func(seq uint64) { root.Send(pid, &subAdvanced{seq: seq}) })
 }
 
 func (svc *subService) unwatch() {
 	if svc.stopWatch != nil {
 		svc.stopWatch()
 		svc.stopWatch = nil
-	}
-	if svc.pollStop != nil {
-		close(svc.pollStop)
-		svc.pollStop = nil
 	}
 }
 

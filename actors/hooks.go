@@ -161,7 +161,11 @@ func (r *hookRunner) open(ctx context.Context, name string, filter messages.Even
 		Handler: func(ctx context.Context, ev messages.SubscribedEvent) error {
 			fe, err := ev.Decode()
 			if err != nil {
-				return fmt.Errorf("hook %s: event at position %d: %w", r.hook.Name, ev.Seq, err)
+				// Retrying cannot help: the event is skipped, loudly,
+				// rather than stalling every notice after it.
+				r.log.Error("stateindex: hook skips an event it cannot decode", "hook", r.hook.Name,
+					"scope", ev.Scope, "version", ev.Version, "position", ev.Seq, "type", ev.Type, "err", err)
+				return nil
 			}
 			return r.handle(ctx, ev.Scope, ev.Seq, ev.Version, ev.At, fe)
 		}})
@@ -217,7 +221,10 @@ func (r *hookRunner) handle(ctx context.Context, scope string, seq uint64, versi
 		}
 		goal := n.Goal
 		if goal == "" && n.Frame != "" {
-			goal = r.goalOf(ctx, scope, n.Frame)
+			var err error
+			if goal, err = r.goalOf(ctx, scope, n.Frame); err != nil {
+				return err // the event comes again: a notice is never dropped for a failed lookup
+			}
 		}
 		if !strings.HasPrefix(goal, r.hook.GoalPrefix) {
 			continue
@@ -236,13 +243,20 @@ func (r *hookRunner) handle(ctx context.Context, scope string, seq uint64, versi
 
 // goalOf looks a frame's goal up (events other than frame.pushed and
 // frame.popped do not carry it; a notification names it all the same):
-// "" when the frame is gone.
-func (r *hookRunner) goalOf(ctx context.Context, scope, frame string) string {
+// "" when the frame is gone (retention or a destroy removed it: a hook
+// with a goal prefix does not hear of it then). Any other failure is an
+// error, and the event is handled again.
+func (r *hookRunner) goalOf(ctx context.Context, scope, frame string) (string, error) {
 	rep, err := r.client.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: scope}, FrameID: frame})
-	if err != nil || rep.Frame == nil {
-		return ""
+	switch {
+	case errors.Is(err, messages.ErrFrameNotFound):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("looking up the goal of frame %s in %s: %w", frame, scope, err)
+	case rep.Frame == nil:
+		return "", nil
 	}
-	return rep.Frame.Goal
+	return rep.Frame.Goal, nil
 }
 
 // deliver sends note until the target acknowledges it or ctx ends.

@@ -451,23 +451,34 @@ func (svc *subService) read(spec readSpec) (res readResult) {
 		return res
 	}
 	spec.from = max(spec.from, 1)
-	if rr, ok := svc.store.(eventstore.RemovalReporter); ok {
+	// removedErr is position_removed when retention removed the position
+	// of a matching stream. It is checked before the read and again after
+	// it: a removal that commits while the log is scanned (ReadAll reads in
+	// chunks) takes records the scan then never sees, and the position is
+	// a removed one by the time the reply would leave.
+	removedErr := func() *messages.Error {
+		rr, ok := svc.store.(eventstore.RemovalReporter)
+		if !ok {
+			return nil
+		}
 		prefix, exact := spec.filter.Prefix, false
 		if spec.filter.Scope != "" {
 			prefix, exact = spec.filter.Scope, true
 		}
 		removed, err := rr.RemovedThrough(ctx, prefix, exact)
 		if err != nil {
-			res.err = storeErr(err)
-			return res
+			return storeErr(err)
 		}
 		if spec.from <= removed {
 			e := messages.Errorf(messages.CodePositionRemoved,
 				"position %d of %s was removed by retention: the oldest position still available is %d", spec.from, spec.filter, removed+1)
 			e.Version = int64(removed + 1)
-			res.err = e
-			return res
+			return e
 		}
+		return nil
+	}
+	if res.err = removedErr(); res.err != nil {
+		return res
 	}
 	res.next = spec.from
 	size, scanned := 0, 0
@@ -498,6 +509,10 @@ func (svc *subService) read(spec readSpec) (res readResult) {
 	})
 	if err != nil && !errors.Is(err, errReadFull) {
 		res.err = storeErr(err)
+		return res
+	}
+	if res.err = removedErr(); res.err != nil {
+		res.events = nil
 		return res
 	}
 	head, err := svc.store.LastSeq(ctx)

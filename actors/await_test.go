@@ -391,3 +391,21 @@ func TestRemoteAwaitFrame(t *testing.T) {
 	_, err = c.AwaitFrame(ctx, &messages.AwaitFrame{Header: h, FrameID: "nope"})
 	assert.ErrorIs(t, err, actors.ErrFrameNotFound)
 }
+
+// TestAwaitFrameWakesUnderATightCache: with a cache over its byte bound
+// after every write (scopes are evicted as soon as they may be), the wait
+// is answered when its frame ends: the shard wakes waits from the write's
+// own state, not from the cache.
+func TestAwaitFrameWakesUnderATightCache(t *testing.T) {
+	e := newEnv(t, func(c *actors.Config) { c.Shards, c.CacheBytes = 1, 1 })
+	id := pushRoot(t, e.c, "tight", "x")
+	ch := awaitAsync(e.c, "tight", id)
+	parked(t, e.srv, 1)
+	_, err := e.c.PopFrame(ctx, &messages.PopFrame{Header: mut("tight"), FrameID: id, Status: frames.StatusFailed})
+	require.NoError(t, err)
+	a := answer(t, ch)
+	require.NoError(t, a.err)
+	assert.True(t, a.r.Terminal)
+	assert.Equal(t, frames.StatusFailed, a.r.Status)
+	parked(t, e.srv, 0)
+}

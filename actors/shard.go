@@ -130,8 +130,10 @@ func (s *shard) Receive(c actor.Context) {
 	case *committed:
 		scope := m.w.e.st.Scope
 		reply := s.h.finish(m.w, m.res, m.err)
-		if e, ok := s.h.cache.Peek(scope); ok && m.err == nil && e == m.w.e && e.st.Version == m.res.LastVersion {
-			s.awaitWrite(c, e.st, m.w.evs) // applied: its waits may have ended
+		if m.err == nil && m.w.e.st.Version == m.res.LastVersion {
+			// Applied (finish applied it to the write's own state, which
+			// the cache may have evicted since): its waits may have ended.
+			s.awaitWrite(c, m.w.e.st, m.w.evs)
 		}
 		if !s.run(c, scope, m.w.req, m.to, s.h.afterWrite(m.w, reply)) {
 			s.resume(c, scope)

@@ -36,7 +36,8 @@ type Config struct {
 	// MaxWaiters bounds each shard's parked AwaitFrame requests (default
 	// 100,000; each costs a few hundred bytes and no goroutine). They are
 	// not counted in MaxPending: a parked wait holds no scope. Past it an
-	// await is answered ErrOverloaded.
+	// await is answered ErrOverloaded. It bounds the ListFrames requests
+	// the registry holds for a MinPosition the same way.
 	MaxWaiters int
 	// SnapshotEvery is how many events of a scope pass between snapshots.
 	SnapshotEvery int64

@@ -287,10 +287,13 @@ type registryService struct {
 	tables  eventstore.Tables
 	pos     uint64
 	waiters []registryWaiter
-	timer   *time.Timer
-	timerAt time.Time
-	self    *actor.PID
-	root    *actor.RootContext
+	// maxWaiters bounds the requests held for a MinPosition
+	// (Config.MaxWaiters): past it, overloaded.
+	maxWaiters int
+	timer      *time.Timer
+	timerAt    time.Time
+	self       *actor.PID
+	root       *actor.RootContext
 }
 
 func (s *registryService) Receive(c actor.Context) {
@@ -339,6 +342,11 @@ func (s *registryService) Receive(c actor.Context) {
 		wait := min(time.Duration(lf.WaitMillis)*time.Millisecond, maxRegistryWait)
 		if wait <= 0 {
 			to.send(c, req, behind(lf, s.pos))
+			return
+		}
+		if len(s.waiters) >= s.maxWaiters {
+			to.send(c, req, failure(req, messages.Errorf(messages.CodeOverloaded,
+				"%d ListFrames requests already wait for the registry to reach their position, the limit: not answered, retry later", s.maxWaiters)))
 			return
 		}
 		s.waiters = append(s.waiters, registryWaiter{req: lf, q: q, to: to, deadline: time.Now().Add(wait)})
@@ -417,7 +425,7 @@ func (s *Server) startRegistry() error {
 	if err != nil {
 		return err
 	}
-	svc := &registryService{tables: f.tables, pos: f.position()}
+	svc := &registryService{tables: f.tables, pos: f.position(), maxWaiters: s.cfg.MaxWaiters}
 	pid := s.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return svc }))
 	root := s.sys.Root
 	f.mu.Lock()

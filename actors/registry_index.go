@@ -617,13 +617,18 @@ func (s *sliceSource) next() ([]byte, bool, error) {
 
 // collect reads a prefix index whose entries are ordered by their value
 // (a goal, a scope) before the time: it gathers the suffixes of the page's
-// range and sorts them; ok is false when there are more than
-// registryCollect of them (another index serves better).
+// range and sorts them; ok is false when the prefix holds more than
+// registryCollect entries, in the range or not (another index serves
+// better, and a page never reads more than that here).
 func collect(ctx context.Context, t eventstore.Tables, q *regQuery, prefix []byte) (*sliceSource, bool, error) {
 	start := q.start()
 	var out [][]byte
-	over := false
+	over, read := false, 0
 	err := t.TableScan(ctx, registryTable, prefix, nil, false, func(k, _ []byte) (bool, error) {
+		if read++; read > registryCollect {
+			over = true
+			return false, nil
+		}
 		i := bytes.IndexByte(k[len(prefix):], 0)
 		if i < 0 {
 			return true, nil
@@ -631,10 +636,6 @@ func collect(ctx context.Context, t eventstore.Tables, q *regQuery, prefix []byt
 		suf := k[len(prefix)+i+1:]
 		if len(suf) < 10 || bytes.Compare(suf, start) < 0 || q.past(suf) {
 			return true, nil
-		}
-		if len(out) >= registryCollect {
-			over = true
-			return false, nil
 		}
 		out = append(out, bytes.Clone(suf))
 		return true, nil

@@ -543,3 +543,25 @@ func TestRegistryStartedAfterRetentionListsLiveFrames(t *testing.T) {
 	require.Len(t, r.Frames, 1)
 	assert.Equal(t, root.FrameID, r.Frames[0].FrameID, "its last child ended: active again")
 }
+
+// TestListFramesHeldRequestsAreBounded: the registry holds at most
+// Config.MaxWaiters requests for a MinPosition; past it, overloaded at
+// once (not held), and a request without a MinPosition is still answered.
+func TestListFramesHeldRequestsAreBounded(t *testing.T) {
+	e := newEnv(t, func(c *actors.Config) { c.MaxWaiters = 1 })
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			short, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := e.c.ListFrames(short, &messages.ListFrames{MinPosition: 1 << 62})
+			errs <- err
+		}()
+	}
+	// The one that came second is refused at once; the other is held
+	// until its deadline.
+	assert.ErrorIs(t, <-errs, actors.ErrOverloaded)
+	_, err := e.c.ListFrames(ctx, &messages.ListFrames{})
+	require.NoError(t, err, "a request without a MinPosition is answered meanwhile")
+	assert.ErrorIs(t, <-errs, actors.ErrUnavailable, "the held one ends at its deadline")
+}

@@ -46,8 +46,7 @@ type parking struct {
 	dl     deadlines
 	n      int // waits parked
 	max    int
-	timer  *time.Timer
-	at     time.Time // when the timer fires; zero while disarmed
+	alarm  alarm // for the earliest deadline
 }
 
 // scopeWaits are a scope's parked waits by the frame asked for, and the
@@ -229,31 +228,17 @@ func (s *shard) park(c actor.Context, p *parkAwait, to replyTo) {
 func (s *shard) arm(c actor.Context) {
 	pk := &s.parked
 	if len(pk.dl) == 0 {
-		if pk.timer != nil && !pk.at.IsZero() {
-			pk.timer.Stop()
-		}
-		pk.at = time.Time{}
+		pk.alarm.stop()
 		return
 	}
-	first := pk.dl[0].deadline
-	if !pk.at.IsZero() && !first.Before(pk.at) {
-		return
-	}
-	pk.at = first
-	d := time.Until(first)
-	if pk.timer == nil {
-		self, root := c.Self(), c.ActorSystem().Root
-		pk.timer = time.AfterFunc(d, func() { root.Send(self, &awaitTick{}) })
-		return
-	}
-	pk.timer.Reset(d)
+	pk.alarm.set(pk.dl[0].deadline, c.ActorSystem().Root, c.Self(), &awaitTick{})
 }
 
 // expire answers the waits whose deadline has passed (TimedOut, with the
 // outcome as last seen), then re-arms.
 func (s *shard) expire(c actor.Context) {
 	pk := &s.parked
-	pk.at = time.Time{}
+	pk.alarm.fired()
 	now := time.Now()
 	for len(pk.dl) > 0 && !pk.dl[0].deadline.After(now) {
 		w := heap.Pop(&pk.dl).(*waiter)
@@ -390,9 +375,7 @@ func contains(ids []string, id string) bool {
 // have been.
 func (s *shard) unparkAll(c actor.Context) {
 	pk := &s.parked
-	if pk.timer != nil {
-		pk.timer.Stop()
-	}
+	pk.alarm.stop()
 	for _, sw := range pk.scopes {
 		for _, g := range sw.frames {
 			if len(g.ws) > 0 {
@@ -401,7 +384,7 @@ func (s *shard) unparkAll(c actor.Context) {
 			}
 		}
 	}
-	pk.scopes, pk.dl, pk.n, pk.at = nil, nil, 0, time.Time{}
+	pk.scopes, pk.dl, pk.n = nil, nil, 0
 }
 
 // ParkedAwaits is how many AwaitFrame requests the server's shards hold

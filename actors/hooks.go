@@ -135,14 +135,20 @@ func (r *hookRunner) run(ctx context.Context) {
 			continue
 		}
 		r.log.Warn("stateindex: hook stopped; starting it again", "hook", r.hook.Name, "err", err, "retry_in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		backoff = min(2*backoff, maxHookBackoff)
+		backoff = pause(ctx, backoff)
 	}
+}
+
+// pause waits d or until ctx ends, and returns the next backoff: d
+// doubled, at most maxHookBackoff.
+func pause(ctx context.Context, d time.Duration) time.Duration {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return min(2*d, maxHookBackoff)
 }
 
 // open runs the hook's subscription until it ends (nil when ctx ended it).
@@ -269,14 +275,9 @@ func (r *hookRunner) deliver(ctx context.Context, note *messages.HookNotificatio
 		}
 		r.log.Warn("stateindex: hook target did not acknowledge; sending again", "hook", r.hook.Name,
 			"notice", note.Notice, "scope", note.Scope, "frame", note.FrameID, "position", note.Position, "err", err, "retry_in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if backoff = pause(ctx, backoff); ctx.Err() != nil {
 			return ctx.Err()
-		case <-t.C:
 		}
-		backoff = min(2*backoff, maxHookBackoff)
 	}
 }
 

@@ -290,8 +290,7 @@ type registryService struct {
 	// maxWaiters bounds the requests held for a MinPosition
 	// (Config.MaxWaiters): past it, overloaded.
 	maxWaiters int
-	timer      *time.Timer
-	timerAt    time.Time
+	alarm      alarm // for the earliest held request's deadline
 	self       *actor.PID
 	root       *actor.RootContext
 }
@@ -302,9 +301,7 @@ func (s *registryService) Receive(c actor.Context) {
 		s.self, s.root = c.Self(), c.ActorSystem().Root
 		return
 	case *actor.Stopping:
-		if s.timer != nil {
-			s.timer.Stop()
-		}
+		s.alarm.stop()
 		for _, w := range s.waiters {
 			w.to.send(c, w.req, failure(w.req, messages.Errorf(messages.CodeUnavailable, "the StateIndex is stopping")))
 		}
@@ -315,7 +312,7 @@ func (s *registryService) Receive(c actor.Context) {
 		s.wakeWaiters(c, false)
 		return
 	case *registryTick:
-		s.timerAt = time.Time{}
+		s.alarm.fired()
 		s.wakeWaiters(c, true)
 		return
 	case actor.SystemMessage, actor.AutoReceiveMessage:
@@ -401,15 +398,7 @@ func (s *registryService) arm() {
 			at = w.deadline
 		}
 	}
-	if !s.timerAt.IsZero() && !s.timerAt.After(at) {
-		return // a tick at or before it is coming
-	}
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-	s.timerAt = at
-	self, root := s.self, s.root
-	s.timer = time.AfterFunc(time.Until(at), func() { root.Send(self, &registryTick{}) })
+	s.alarm.set(at, s.root, s.self, &registryTick{})
 }
 
 // startRegistry starts the follower and the service of ListFrames, when

@@ -136,3 +136,37 @@ func watchCommits(store eventstore.Store, fn func(seq uint64)) (stop func()) {
 		})
 	}
 }
+
+// alarm is an actor's one timer for the earliest of its deadlines (the
+// shard's parked awaits, the registry's held ListFrames): no timer per
+// waiter. set arms it for at unless it already fires at or before then;
+// when it fires it sends msg to the actor, which calls fired and then
+// answers what is due and sets it again for the next deadline.
+type alarm struct {
+	timer *time.Timer
+	at    time.Time // when it fires; zero while disarmed
+}
+
+// set arms the alarm for at, to send msg to pid.
+func (a *alarm) set(at time.Time, root *actor.RootContext, pid *actor.PID, msg any) {
+	if !a.at.IsZero() && !at.Before(a.at) {
+		return // a tick at or before at is coming
+	}
+	a.at = at
+	if a.timer == nil {
+		a.timer = time.AfterFunc(time.Until(at), func() { root.Send(pid, msg) })
+		return
+	}
+	a.timer.Reset(time.Until(at))
+}
+
+// fired records that the alarm's message arrived: it is disarmed.
+func (a *alarm) fired() { a.at = time.Time{} }
+
+// stop disarms the alarm.
+func (a *alarm) stop() {
+	if a.timer != nil && !a.at.IsZero() {
+		a.timer.Stop()
+	}
+	a.at = time.Time{}
+}

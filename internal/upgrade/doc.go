@@ -33,6 +33,11 @@
 // checks them, the tombstones, and continues the live chains with the
 // current release.
 //
+// testdata/v5 is the release of issue 13 (subscriptions, hooks, the
+// registry, AwaitFrame: the store's tables and removal record, Result.Position
+// on write replies), written with v4's scenario: the fixture the release of
+// the spend ledger (issue 14) must open.
+//
 // A fixture is never regenerated once its release is out: a release that
 // changes a format adds a directory (testdata/v2, ...) and the test runs
 // every one. The manifest's records (Step, Reply) are this package's own,

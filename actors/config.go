@@ -76,6 +76,14 @@ type Config struct {
 	// Keep it stable across restarts: tokens signed with another key are
 	// refused.
 	TokenKey []byte
+	// LedgerKey signs spend reservation tokens (HMAC-SHA256, at least 32
+	// bytes; the TokenKey when empty). The work a reservation pays for may
+	// live on another cluster member: every member must share this key.
+	LedgerKey []byte
+	// Lease is a spend reservation's lease when the request names none
+	// (0: frames.DefaultLease, 10 minutes; at most 7 days). The policy for
+	// reservations without an estimate is Frames.Unestimated.
+	Lease time.Duration
 	// TokenTTL is a suspension token's default lifetime; MaxTokenTTL caps
 	// what a request may ask for.
 	TokenTTL    time.Duration
@@ -182,6 +190,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if len(c.TokenKey) < 32 {
 		return c, fmt.Errorf("actors: TokenKey must be at least 32 bytes (got %d)", len(c.TokenKey))
+	}
+	if len(c.LedgerKey) == 0 {
+		c.LedgerKey = c.TokenKey
+	}
+	if len(c.LedgerKey) < 32 {
+		return c, fmt.Errorf("actors: LedgerKey must be at least 32 bytes (got %d)", len(c.LedgerKey))
+	}
+	if c.Lease < 0 || c.Lease > time.Duration(frames.MaxReservationAge) {
+		return c, fmt.Errorf("actors: Lease %s must be between 0 (the default, 10m) and 7 days", c.Lease)
 	}
 	if len(c.SigningKey) != 0 && len(c.SigningKey) != ed25519.PrivateKeySize {
 		return c, fmt.Errorf("actors: SigningKey must be an Ed25519 private key of %d bytes (got %d)", ed25519.PrivateKeySize, len(c.SigningKey))

@@ -46,6 +46,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/stateindex/stateindex/compaction"
@@ -184,8 +185,16 @@ func init() {
 	dispatch = [messages.NumOps]opEntry{
 		messages.OpPushFrame: mutation(
 			func(h *handler, _ *frames.State, r *messages.PushFrame, hdr frames.Header) (frames.Command, error) {
-				return &frames.PushFrame{Header: hdr, FrameID: h.cfg.NewID(), ParentID: r.ParentID, Goal: r.Goal,
-					Inputs: r.Inputs, Budget: r.Budget, Limits: r.Limits, ContextWindow: r.ContextWindow}, nil
+				cmd := &frames.PushFrame{Header: hdr, FrameID: h.cfg.NewID(), ParentID: r.ParentID, Goal: r.Goal,
+					Inputs: r.Inputs, Budget: r.Budget, Limits: r.Limits, ContextWindow: r.ContextWindow}
+				if r.Reservation != "" {
+					cl, err := h.reservationClaims(r.Reservation)
+					if err != nil {
+						return nil, err
+					}
+					cmd.Reservation, cmd.ReservationToken = &cl, r.Reservation
+				}
+				return cmd, nil
 			},
 			func(_ *handler, r *messages.PushFrame, evs []frames.Event, res messages.Result) (messages.Reply, error) {
 				e, err := first[*frames.FramePushed](r, evs)
@@ -573,6 +582,121 @@ func init() {
 		// ended; an ended head's record is read from the log, a live one
 		// parks the request in its shard (await.go).
 		messages.OpAwaitFrame: readOrJob((*handler).await),
+
+		// The spend ledger (frames/ledger.go has the rules; ledger.go here
+		// the tokens and the outbox that delivers settlements).
+		messages.OpReserveSpend: mutation(
+			func(h *handler, st *frames.State, r *messages.ReserveSpend, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				if err != nil {
+					return nil, err
+				}
+				ttl, err := frames.LeaseTTL(r.LeaseMillis, int64(h.cfg.Lease))
+				if err != nil {
+					return nil, err
+				}
+				c := &frames.ReserveSpend{Header: hdr, FrameID: id, For: r.For, Partial: r.Partial, ReservationID: h.cfg.NewID(), ExpiresAt: hdr.Now + ttl}
+				if r.Estimate != nil {
+					c.Estimate, c.HasEstimate = *r.Estimate, true
+				}
+				return c, nil
+			},
+			func(h *handler, r *messages.ReserveSpend, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, ok := evs[len(evs)-1].(*frames.SpendReserved)
+				if !ok {
+					return nil, fmt.Errorf("events of %T end with %s", r, evs[len(evs)-1].EventType())
+				}
+				v := e.Reservation
+				reply := &messages.ReserveSpendReply{Result: res, FrameID: v.Frame, ReservationID: v.ID, For: v.For, Amount: v.Amount,
+					Ceiling: v.Ceiling, Policy: v.Policy, ExpiresAt: v.ExpiresAt, Token: signReservation(h.cfg.LedgerKey, frames.ClaimsOf(e.Scope, &v))}
+				if ret, ok := evs[0].(*frames.SpendReturned); ok {
+					reply.Returned = ret.IDs
+				}
+				return reply, nil
+			}),
+
+		messages.OpRenewReservation: mutation(
+			func(h *handler, st *frames.State, r *messages.RenewReservation, hdr frames.Header) (frames.Command, error) {
+				id, err := h.reservationNamed(st.Scope, r.Token, r.ReservationID)
+				if err != nil {
+					return nil, err
+				}
+				ttl, err := frames.LeaseTTL(r.LeaseMillis, int64(h.cfg.Lease))
+				if err != nil {
+					return nil, err
+				}
+				return &frames.RenewReservation{Header: hdr, ReservationID: id, ExpiresAt: hdr.Now + ttl}, nil
+			},
+			func(h *handler, r *messages.RenewReservation, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.SpendRenewed](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				cl := frames.ReservationClaims{Scope: e.Scope, Frame: e.Frame, ID: e.ID, For: e.For, Amount: e.Amount, Ceiling: e.Ceiling, ExpiresAt: e.ExpiresAt}
+				return &messages.RenewReservationReply{Result: res, ReservationID: e.ID, ExpiresAt: e.ExpiresAt, Token: signReservation(h.cfg.LedgerKey, cl)}, nil
+			}),
+
+		messages.OpReleaseReservation: mutation(
+			func(_ *handler, _ *frames.State, r *messages.ReleaseReservation, hdr frames.Header) (frames.Command, error) {
+				return &frames.ReleaseReservation{Header: hdr, ReservationID: r.ReservationID}, nil
+			},
+			func(_ *handler, r *messages.ReleaseReservation, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.SpendReturned](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.ReleaseReservationReply{Result: res, ReservationID: e.IDs[0], Returned: e.Returned}, nil
+			}),
+
+		messages.OpSettleSpend: mutation(
+			func(h *handler, _ *frames.State, r *messages.SettleSpend, hdr frames.Header) (frames.Command, error) {
+				cl, err := h.reservationClaims(r.Token)
+				if err != nil {
+					return nil, err
+				}
+				return &frames.SettleSpend{Header: hdr, Claims: cl, From: r.From, FrameID: r.FrameID, Spent: r.Spent, Final: r.Final,
+					Mint: h.mint(hdr.Now, 0)}, nil
+			},
+			func(h *handler, r *messages.SettleSpend, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.SpendSettled](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.SettleSpendReply{Result: res, ReservationID: e.ID, Settled: e.Spent, Charged: e.Charged, ChargedTo: e.ChargedTo,
+					Routed: e.Routed, Suspension: h.suspension(evs[1:], res.Version)}, nil
+			}),
+
+		messages.OpAckSettlement: mutation(
+			func(_ *handler, _ *frames.State, r *messages.AckSettlement, hdr frames.Header) (frames.Command, error) {
+				return &frames.AckSettlement{Header: hdr, ReservationID: r.ReservationID, Through: r.Through, Final: r.Final}, nil
+			},
+			func(_ *handler, r *messages.AckSettlement, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.SpendDelivered](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.AckSettlementReply{Result: res, ReservationID: e.ID, Through: e.Through}, nil
+			}),
+
+		messages.OpGetLedger: read(func(h *handler, st *frames.State, r *messages.GetLedger) messages.Reply {
+			id := ""
+			if r.FrameID != "" {
+				var err error
+				if id, err = frames.ResolveFrame(st, r.FrameID); err == nil {
+					err = frames.ValidateID("frame id", id, h.cfg.Frames.MaxIDBytes)
+				}
+				if err != nil {
+					return failure(r, toWire(err))
+				}
+			}
+			out := &messages.GetLedgerReply{Result: messages.Result{Version: st.Version}, Now: h.cfg.Clock().UnixNano(),
+				Frames: frames.Ledger(st, id, h.cfg.Clock().UnixNano())}
+			for _, b := range st.Bindings {
+				out.Bindings = append(out.Bindings, *b)
+			}
+			sort.Slice(out.Bindings, func(i, j int) bool { return out.Bindings[i].Reservation < out.Bindings[j].Reservation })
+			return out
+		}),
 
 		// ResumeChain reads its chain's finished head from the log first
 		// (prepare), then decides the new link.

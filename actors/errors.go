@@ -55,6 +55,14 @@ var (
 	ErrFrameContinued = messages.ErrFrameContinued
 	// ErrChainRunning: a chain whose head is live cannot be resumed.
 	ErrChainRunning = messages.ErrChainRunning
+	// The spend ledger's (messages.CodeSpendUnavailable and the rest).
+	ErrSpendUnavailable    = messages.ErrSpendUnavailable
+	ErrEstimateRequired    = messages.ErrEstimateRequired
+	ErrReservationNotFound = messages.ErrReservationNotFound
+	ErrReservationClosed   = messages.ErrReservationClosed
+	ErrReservationBound    = messages.ErrReservationBound
+	ErrReservationInvalid  = messages.ErrReservationInvalid
+	ErrTooManyReservations = messages.ErrTooManyReservations
 	// ErrTimeout: the reply did not arrive before the deadline. For a
 	// mutating request the outcome is unknown: resend it with the same
 	// request id, which applies it at most once.
@@ -74,6 +82,13 @@ var errorTable = []struct {
 	{frames.ErrChainRunning, messages.CodeChainRunning},
 	{frames.ErrIneffective, messages.CodeCompactionRefused},
 	{frames.ErrChainCorrupt, messages.CodeStoreFailed},
+	{frames.ErrSpendUnavailable, messages.CodeSpendUnavailable},
+	{frames.ErrEstimateRequired, messages.CodeEstimateRequired},
+	{frames.ErrReservationUnknown, messages.CodeReservationNotFound},
+	{frames.ErrReservationClosed, messages.CodeReservationClosed},
+	{frames.ErrReservationBound, messages.CodeReservationBound},
+	{frames.ErrReservationForeign, messages.CodeReservationInvalid},
+	{frames.ErrTooManyReservations, messages.CodeTooManyReservations},
 	{frames.ErrDuplicateID, messages.CodeDuplicateID},
 	{frames.ErrMaxDepthExceeded, messages.CodeMaxDepthExceeded},
 	{frames.ErrFrameNotLive, messages.CodeFrameNotLive},
@@ -130,6 +145,10 @@ func toWire(err error) *messages.Error {
 	var ite *budget.InsufficientTokensError
 	if errors.As(err, &ite) {
 		out.Requested, out.Available = ite.Requested, ite.Available
+	}
+	var su *frames.SpendUnavailableError
+	if errors.As(err, &su) {
+		out.Requested, out.Available = su.Requested, su.Available
 	}
 	var small *frames.BudgetTooSmallError
 	if errors.As(err, &small) {

@@ -61,6 +61,16 @@ func Apply(s *State, e Event) error {
 		err = applyDestroyed(s, ev, version)
 	case *CounterChanged:
 		err = applyCounterChanged(s, ev)
+	case *SpendReserved:
+		err = applySpendReserved(s, ev)
+	case *SpendReturned:
+		err = applySpendReturned(s, ev)
+	case *SpendRenewed:
+		err = applySpendRenewed(s, ev)
+	case *SpendSettled:
+		err = applySpendSettled(s, ev)
+	case *SpendDelivered:
+		err = applySpendDelivered(s, ev)
 	default:
 		return fmt.Errorf("%w: %T", ErrUnknownEventType, e)
 	}
@@ -149,10 +159,14 @@ func applyNewPushed(s *State, e *FramePushed, version int64) error {
 		}
 		parent.Status = StatusWaiting
 	}
-	s.Frames[e.Frame] = &Frame{
+	f := &Frame{
 		ID: e.Frame, ParentID: e.ParentID, Goal: e.Goal, Inputs: cloneBytes(e.Inputs), Status: StatusActive,
 		Depth: e.Depth, Budget: e.Budget, Limits: e.Limits, CreatedAt: e.At, PushSeq: version, ContextWindow: e.ContextWindow,
 	}
+	if err := applyBound(s, e, f); err != nil {
+		return err
+	}
+	s.Frames[e.Frame] = f
 	s.Order = append(s.Order, e.Frame)
 	return nil
 }
@@ -271,6 +285,7 @@ func applyPopped(s *State, e *FramePopped) error {
 	if err := s.chainEnded(f, e.ContinuedTo); err != nil {
 		return err
 	}
+	ledgerPopped(s, f, e)
 	s.unref(f.Handles...) // a finished frame's handles are no longer live
 	s.Finished++
 	s.pruneTokens(e.At)
@@ -566,6 +581,7 @@ func applyDestroyed(s *State, e *ScopeDestroyed, version int64) error {
 			return inconsistent("scope destroyed cancelling %q where %q is live", e.Cancelled[i], id)
 		}
 	}
+	ledgerDestroyed(s) // reservations and the outbox outlive the frames
 	s.Frames, s.Order, s.Tokens, s.Abandoned = map[string]*Frame{}, nil, map[string]*TokenRecord{}, nil
 	s.Content = nil // no live handle is left to refer to stored content
 	s.Chains, s.LinkRoots = nil, nil

@@ -43,6 +43,11 @@ type PushFrame struct {
 	// ContextWindow is the frame's context window in tokens; 0 inherits
 	// its parent's (a root: none, read as Config.DefaultContextWindow).
 	ContextWindow int64
+	// Reservation, when set, is the verified claims of the reservation
+	// token ReservationToken the push presents: the frame's spend ceiling,
+	// settled with the reserving frame (see ledger.go).
+	Reservation      *ReservationClaims
+	ReservationToken string
 }
 
 // UpdateFrame changes a live frame's fields; nil/false fields stay as they are.

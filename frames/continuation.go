@@ -211,7 +211,7 @@ func (d decider) continueFrame(f *Frame, pending []ContextHandle, ceiling int64,
 	b.SubcallAllocation = 0 // no live children
 	evs = append(evs, &FramePushed{Meta: d.meta(m.FrameID, ReasonImplied), ParentID: f.ParentID, Goal: f.Goal, Inputs: cloneBytes(f.Inputs),
 		Depth: f.Depth, Budget: b, Limits: f.Limits, ContinuedFrom: f.ID, ChainRoot: root, ContextWindow: f.ContextWindow,
-		Cost: &cost, InDoubt: inDoubt, Freed: lastFreed(f.Freed, freed)})
+		Cost: &cost, InDoubt: inDoubt, Freed: lastFreed(f.Freed, freed), Reservation: f.Reservation})
 	return append(evs, d.carriedEvents(m.FrameID, handles)...), nil
 }
 
@@ -678,7 +678,15 @@ func applyLinkPushed(s *State, e *FramePushed, version int64) error {
 	f := &Frame{ID: e.Frame, ParentID: e.ParentID, Goal: e.Goal, Inputs: cloneBytes(e.Inputs), Status: StatusActive,
 		Depth: e.Depth, Budget: e.Budget, Limits: e.Limits, Cost: cost, CreatedAt: e.At, PushSeq: version,
 		ContextWindow: e.ContextWindow, ContinuedFrom: e.ContinuedFrom, ChainRoot: e.ChainRoot,
-		Freed: append([]int64(nil), e.Freed...)}
+		Freed: append([]int64(nil), e.Freed...), Reservation: e.Reservation}
+	if e.Binding != nil {
+		return inconsistent("continuation %q with a binding of its own", e.Frame)
+	}
+	for _, r := range s.Reservations {
+		if r.Frame == f.ID { // handed on by the link it continues
+			f.Outstanding += r.Held()
+		}
+	}
 	for _, c := range e.InDoubt {
 		c.Input = cloneBytes(c.Input)
 		f.ToolCalls = append(f.ToolCalls, c)

@@ -69,6 +69,16 @@ func Decide(cfg Config, s *State, cmd Command) ([]Event, error) {
 		evs, err = d.resumeChain(c)
 	case *ChangeCounter:
 		evs, err = d.changeCounter(c)
+	case *ReserveSpend:
+		evs, err = d.reserveSpend(c)
+	case *RenewReservation:
+		evs, err = d.renewReservation(c)
+	case *ReleaseReservation:
+		evs, err = d.releaseReservation(c)
+	case *SettleSpend:
+		evs, err = d.settleSpend(c)
+	case *AckSettlement:
+		evs, err = d.ackSettlement(c)
 	default:
 		return nil, invalid("unknown command %T", cmd)
 	}
@@ -253,9 +263,18 @@ func (d decider) push(c *PushFrame) ([]Event, error) {
 	if b.MaxSubframeDepth == 0 || b.MaxSubframeDepth > maxDepth {
 		b.MaxSubframeDepth = maxDepth
 	}
+	limits, rid := c.Limits, ""
+	var binding *Binding
+	if c.Reservation != nil {
+		var err error
+		if limits, rid, binding, err = d.bind(c, c.Reservation, c.ReservationToken); err != nil {
+			return nil, err
+		}
+	}
 	return []Event{&FramePushed{
 		Meta: d.meta(c.FrameID, ReasonUserMessage), ParentID: c.ParentID, Goal: c.Goal,
-		Inputs: cloneBytes(c.Inputs), Depth: depth, Budget: b, Limits: c.Limits, ContextWindow: window,
+		Inputs: cloneBytes(c.Inputs), Depth: depth, Budget: b, Limits: limits, ContextWindow: window,
+		Reservation: rid, Binding: binding,
 	}}, nil
 }
 

@@ -36,6 +36,14 @@ var (
 	ErrRequestIDReused    = errors.New("frames: request id reused with a different request")
 	ErrRequestExpired     = errors.New("frames: request id older than the idempotency horizon")
 	ErrInvariantViolation = errors.New("frames: invariant violated")
+	// The spend ledger's (ledger.go).
+	ErrSpendUnavailable    = errors.New("frames: spend unavailable")
+	ErrEstimateRequired    = errors.New("frames: spend estimate required")
+	ErrReservationUnknown  = errors.New("frames: reservation not found")
+	ErrReservationClosed   = errors.New("frames: reservation expired or returned")
+	ErrReservationBound    = errors.New("frames: reservation already bound")
+	ErrReservationForeign  = errors.New("frames: reservation of another scope or frame")
+	ErrTooManyReservations = errors.New("frames: too many open reservations")
 )
 
 // ErrFrameSuspended: the frame is suspended and the operation needs it

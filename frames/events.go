@@ -81,6 +81,16 @@ func NewEvent(eventType string) (Event, error) {
 		return &ContentStored{}, nil
 	case TypeCounterChanged:
 		return &CounterChanged{}, nil
+	case TypeSpendReserved:
+		return &SpendReserved{}, nil
+	case TypeSpendReturned:
+		return &SpendReturned{}, nil
+	case TypeSpendRenewed:
+		return &SpendRenewed{}, nil
+	case TypeSpendSettled:
+		return &SpendSettled{}, nil
+	case TypeSpendDelivered:
+		return &SpendDelivered{}, nil
 	}
 	return nil, ErrUnknownEventType
 }
@@ -109,6 +119,11 @@ type FramePushed struct {
 	InDoubt []ToolCall   `msgpack:"idc,omitempty"`
 	Freed   []int64      `msgpack:"fd,omitempty"`
 	Resumed *ChainLink   `msgpack:"rl,omitempty"`
+	// Reservation is the spend reservation the frame is pushed with
+	// (Frame.Reservation); Binding, for a root bound to another scope's
+	// reservation, the outbox entry that will settle it.
+	Reservation string   `msgpack:"rv,omitempty"`
+	Binding     *Binding `msgpack:"bn,omitempty"`
 }
 
 // FrameUpdated: some of a frame's fields changed.

@@ -167,7 +167,39 @@ func CheckInvariants(s *State) error {
 			return bad("frame %q of chain %q is not a link of it", id, f.ChainRoot)
 		}
 	}
+	if err := checkLedgerInvariants(s); err != nil {
+		return err
+	}
 	return checkContentInvariants(s)
+}
+
+// checkLedgerInvariants: every live frame's Outstanding is what its
+// reservations hold, and a reservation bound to a child here names a live
+// frame pushed with it or is settled.
+func checkLedgerInvariants(s *State) error {
+	held := map[string]int64{}
+	for id, r := range s.Reservations {
+		if r.ID != id || r.Amount < 0 || r.Settled < 0 || r.Held() < 0 {
+			return fmt.Errorf("%w: reservation keyed %q: %+v", ErrInvariantViolation, id, *r)
+		}
+		held[r.Frame] += r.Held()
+		if r.For == s.Scope && r.Child != "" && !r.Returned {
+			if c := s.Frames[r.Child]; c == nil || c.Reservation != id {
+				return fmt.Errorf("%w: reservation %q bound to %q, which does not hold it", ErrInvariantViolation, id, r.Child)
+			}
+		}
+	}
+	for id, f := range s.Frames {
+		if f.Status.Live() && f.Outstanding != held[id] {
+			return fmt.Errorf("%w: frame %q has %d outstanding, its reservations hold %d", ErrInvariantViolation, id, f.Outstanding, held[id])
+		}
+	}
+	for id, b := range s.Bindings {
+		if b.Reservation != id || b.Delivered > b.Reported {
+			return fmt.Errorf("%w: binding keyed %q: %+v", ErrInvariantViolation, id, *b)
+		}
+	}
+	return nil
 }
 
 func contains(xs []string, x string) bool {

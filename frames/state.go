@@ -104,6 +104,12 @@ type State struct {
 	// (scope.counter_changed sets it); "" is the estimate, as every
 	// snapshot written before the field existed reads (CounterOf).
 	Counter string `msgpack:"cn,omitempty"`
+	// Reservations are the spend reservations of the scope's frames (open,
+	// and returned ones until LedgerKeep after their grant), and Bindings
+	// the scope's roots bound to other scopes' reservations: the outbox
+	// of settlements (see ledger.go). Absent from older snapshots.
+	Reservations map[string]*Reservation `msgpack:"rsv,omitempty"`
+	Bindings     map[string]*Binding     `msgpack:"bnd,omitempty"`
 	// KeepFinished makes the fold keep finished frames (and children
 	// lists): the whole history, for tools and checks. Never encoded.
 	KeepFinished bool `msgpack:"-"`
@@ -308,6 +314,7 @@ func (s *State) Clone() *State {
 	}
 	s.cloneChains(&c)
 	c.Calibration = append([]CalibrationSample(nil), s.Calibration...)
+	cloneLedger(s, &c)
 	c.Abandoned = nil
 	for _, a := range s.Abandoned {
 		a.Call.Input = cloneBytes(a.Call.Input)

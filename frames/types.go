@@ -205,6 +205,12 @@ type Frame struct {
 	// freed, oldest first (a continuation carries it to the next link): the
 	// refusal rule reads it (see CheckFreed).
 	Freed []int64 `msgpack:"fd,omitempty"`
+	// Reservation is the spend reservation the frame was pushed with (a
+	// reservation of its parent here, or of another scope's frame: see
+	// Binding); its ceiling is the frame's spend limit. Outstanding is
+	// what the frame's own reservations hold (see Reservation.Held).
+	Reservation string `msgpack:"rv,omitempty"`
+	Outstanding int64  `msgpack:"so,omitempty"`
 
 	handleIdx map[string]int // id -> index in Handles; rebuilt when stale
 }
@@ -333,6 +339,7 @@ type FrameRecord struct {
 	ContinuedTo   string             `msgpack:"cto,omitempty"`
 	ChainRoot     string             `msgpack:"cr,omitempty"`
 	ContextWindow int64              `msgpack:"cw,omitempty"`
+	Reservation   string             `msgpack:"rv,omitempty"`
 }
 
 // RecordOf returns f's record as it stands.
@@ -343,6 +350,7 @@ func RecordOf(f *Frame) FrameRecord {
 		ContextTokens: f.ContextTokens, ToolCalls: int64(len(f.ToolCalls)), Kids: f.Kids, CreatedAt: f.CreatedAt,
 		CompletedAt: f.CompletedAt, PushSeq: f.PushSeq, ContextHash: f.ContextHash,
 		ContinuedFrom: f.ContinuedFrom, ContinuedTo: f.ContinuedTo, ChainRoot: f.ChainRoot, ContextWindow: f.ContextWindow,
+		Reservation: f.Reservation,
 	}
 }
 

@@ -36,6 +36,11 @@ type Config struct {
 	// in permille (0..999; DefaultConfig: DefaultCalibrationMargin).
 	CalibrationSamples int
 	CalibrationMargin  int
+	// Unestimated is what a spend reservation without an estimate gets
+	// ("": EstimateDeny), and UnestimatedCap what EstimateCap reserves
+	// (micro-units, positive with that policy).
+	Unestimated    EstimatePolicy
+	UnestimatedCap int64
 }
 
 // DefaultConfig returns the limits of DESIGN §6.
@@ -69,6 +74,10 @@ func (c Config) Validate() error {
 	if c.DefaultContextWindow < 0 || c.ResumeCeiling < 0 || c.ContinueAt < 0 || c.ContinueAt > 1000 {
 		return invalid("context window %d, resume ceiling %d and continue_at %d permille must be non-negative (continue_at at most 1000)",
 			c.DefaultContextWindow, c.ResumeCeiling, c.ContinueAt)
+	}
+	if !c.Unestimated.Valid() || c.UnestimatedCap < 0 || (c.Unestimated == EstimateCap) != (c.UnestimatedCap > 0) {
+		return invalid("unestimated spend policy %q with cap %d: deny, allow, or cap with a positive cap (and a cap only with it)",
+			c.Unestimated, c.UnestimatedCap)
 	}
 	if c.ContentRefBytes < 0 {
 		return invalid("content_ref_bytes %d is negative", c.ContentRefBytes)

@@ -43,6 +43,20 @@ const (
 	CodeFrameContinued Code = "frame_continued"
 	// CodeChainRunning: a chain whose head is still live cannot be resumed.
 	CodeChainRunning Code = "chain_running"
+	// The spend ledger's. CodeSpendUnavailable: a reservation asked more
+	// than the frame has available (Requested, Available);
+	// CodeEstimateRequired: a reservation without an estimate, refused by
+	// the server's policy; CodeReservationNotFound, CodeReservationClosed
+	// (expired or returned), CodeReservationBound (already bound to a
+	// frame), CodeReservationInvalid (a token forged, malformed or of
+	// another scope or frame), CodeTooManyReservations.
+	CodeSpendUnavailable    Code = "spend_unavailable"
+	CodeEstimateRequired    Code = "estimate_required"
+	CodeReservationNotFound Code = "reservation_not_found"
+	CodeReservationClosed   Code = "reservation_closed"
+	CodeReservationBound    Code = "reservation_bound"
+	CodeReservationInvalid  Code = "reservation_invalid"
+	CodeTooManyReservations Code = "too_many_reservations"
 )
 
 // Error is the typed error every reply can carry. It is an error value, so
@@ -116,4 +130,11 @@ var (
 	ErrInternal              = &Error{Code: CodeInternal}
 	ErrFrameContinued        = &Error{Code: CodeFrameContinued}
 	ErrChainRunning          = &Error{Code: CodeChainRunning}
+	ErrSpendUnavailable      = &Error{Code: CodeSpendUnavailable}
+	ErrEstimateRequired      = &Error{Code: CodeEstimateRequired}
+	ErrReservationNotFound   = &Error{Code: CodeReservationNotFound}
+	ErrReservationClosed     = &Error{Code: CodeReservationClosed}
+	ErrReservationBound      = &Error{Code: CodeReservationBound}
+	ErrReservationInvalid    = &Error{Code: CodeReservationInvalid}
+	ErrTooManyReservations   = &Error{Code: CodeTooManyReservations}
 )

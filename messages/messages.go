@@ -135,6 +135,12 @@ type PushFrame struct {
 	// replies report is its live context against it. 0 inherits the
 	// parent's (a root: the server's default, 200,000).
 	ContextWindow int64 `msgpack:"cw,omitempty"`
+	// Reservation is a reservation token (ReserveSpendReply.Token): the
+	// frame's spend limit becomes the reservation's ceiling, and its spend
+	// is settled with the reserving frame — at its pop for a child of that
+	// frame here, through the outbox for a root frame of the scope the
+	// reservation is for.
+	Reservation string `msgpack:"rv,omitempty"`
 }
 
 // PushFrameReply names the new frame.

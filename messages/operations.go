@@ -34,6 +34,12 @@ const (
 	OpAckEvents
 	OpUnsubscribe
 	OpListFrames
+	OpReserveSpend
+	OpRenewReservation
+	OpReleaseReservation
+	OpSettleSpend
+	OpAckSettlement
+	OpGetLedger
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -118,6 +124,18 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(Unsubscribe) }, NewReply: func() Reply { return new(UnsubscribeReply) }},
 	OpListFrames: {Name: "ListFrames", ReplyName: "ListFramesReply", Global: true,
 		NewRequest: func() Request { return new(ListFrames) }, NewReply: func() Reply { return new(ListFramesReply) }},
+	OpReserveSpend: {Name: "ReserveSpend", ReplyName: "ReserveSpendReply", Mutates: true,
+		NewRequest: func() Request { return new(ReserveSpend) }, NewReply: func() Reply { return new(ReserveSpendReply) }},
+	OpRenewReservation: {Name: "RenewReservation", ReplyName: "RenewReservationReply", Mutates: true,
+		NewRequest: func() Request { return new(RenewReservation) }, NewReply: func() Reply { return new(RenewReservationReply) }},
+	OpReleaseReservation: {Name: "ReleaseReservation", ReplyName: "ReleaseReservationReply", Mutates: true,
+		NewRequest: func() Request { return new(ReleaseReservation) }, NewReply: func() Reply { return new(ReleaseReservationReply) }},
+	OpSettleSpend: {Name: "SettleSpend", ReplyName: "SettleSpendReply", Mutates: true,
+		NewRequest: func() Request { return new(SettleSpend) }, NewReply: func() Reply { return new(SettleSpendReply) }},
+	OpAckSettlement: {Name: "AckSettlement", ReplyName: "AckSettlementReply", Mutates: true,
+		NewRequest: func() Request { return new(AckSettlement) }, NewReply: func() Reply { return new(AckSettlementReply) }},
+	OpGetLedger: {Name: "GetLedger", ReplyName: "GetLedgerReply",
+		NewRequest: func() Request { return new(GetLedger) }, NewReply: func() Reply { return new(GetLedgerReply) }},
 }
 
 func init() {

@@ -84,7 +84,7 @@ func onTheWire(t *testing.T, m *wire.Message) *wire.Message {
 
 func TestEveryTypeRoundTrips(t *testing.T) {
 	names := wire.Names()
-	require.Len(t, names, 57, "27 requests, 27 replies, Failure and 2 hook notifications")
+	require.Len(t, names, 69, "33 requests, 33 replies, Failure and 2 hook notifications")
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v, ok := wire.New(name)
@@ -227,11 +227,14 @@ func TestWireNamesNeverChange(t *testing.T) {
 		"StartToolCall", "FinishToolCall", "AssembleContextPack", "SuspendFrame", "ResumeFrame",
 		"CompactContext", "ResumeActor", "GetFrame", "GetStack", "ApplyRetention", "DestroyScope", "SearchChain",
 		"ContinueFrame", "GetChain", "ResumeChain", "AwaitFrame", "Subscribe", "ReadEvents", "AckEvents", "Unsubscribe", "ListFrames",
+		"ReserveSpend", "RenewReservation", "ReleaseReservation", "SettleSpend", "AckSettlement", "GetLedger",
 		"PushFrameReply", "PopFrameReply", "UpdateFrameReply", "AddContextHandleReply", "AddResultReply",
 		"RecordUsageReply", "StartToolCallReply", "FinishToolCallReply", "ContextPack", "SuspensionToken",
 		"ResumeFrameReply", "CompactionResult", "ActorResumeState", "GetFrameReply", "GetStackReply",
 		"ApplyRetentionReply", "DestroyScopeReply", "SearchChainReply", "ContinueFrameReply", "GetChainReply", "ResumeChainReply", "AwaitFrameReply",
-		"SubscribeReply", "ReadEventsReply", "AckEventsReply", "UnsubscribeReply", "ListFramesReply", wire.FailureType,
+		"SubscribeReply", "ReadEventsReply", "AckEventsReply", "UnsubscribeReply", "ListFramesReply",
+		"ReserveSpendReply", "RenewReservationReply", "ReleaseReservationReply", "SettleSpendReply", "AckSettlementReply", "GetLedgerReply",
+		wire.FailureType,
 		"HookNotification", "HookAck",
 	}, wire.Names())
 }

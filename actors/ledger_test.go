@@ -1,0 +1,105 @@
+package actors_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/messages"
+)
+
+func spend(n int64) *int64 { return &n }
+
+// pushLimited pushes a frame with a spend limit (micro-units) and an
+// optional reservation token.
+func pushLimited(t *testing.T, c *actors.Client, scope, parent string, max int64, token string) string {
+	t.Helper()
+	r, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(scope), ParentID: parent, Goal: "work", Budget: budget.TokenBudget{Total: map[bool]int64{true: 1000, false: 100}[parent == ""]},
+		Limits: budget.Limits{SpendMicros: max}, Reservation: token})
+	require.NoError(t, err)
+	return r.FrameID
+}
+
+func ledgerRow(t *testing.T, c *actors.Client, scope, frame string) frames.LedgerRow {
+	t.Helper()
+	r, err := c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: scope}, FrameID: frame})
+	require.NoError(t, err)
+	for _, row := range r.Frames {
+		if row.Frame == frame {
+			return row
+		}
+	}
+	t.Fatalf("no ledger row for %q in %+v", frame, r.Frames)
+	return frames.LedgerRow{}
+}
+
+// A child in the same scope: the reservation is its ceiling, its overrun
+// suspends it with spend_exceeded, and its pop settles: the parent's actual
+// grows by what the child spent and nothing stays outstanding.
+func TestReservationSameScopeSettlesAtPop(t *testing.T) {
+	e := newEnv(t)
+	p := pushLimited(t, e.c, "s", "", 100, "")
+	res, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p, Estimate: spend(60)})
+	require.NoError(t, err)
+	assert.Equal(t, int64(60), res.Amount)
+	_, err = e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p, Estimate: spend(50)})
+	require.ErrorIs(t, err, actors.ErrSpendUnavailable)
+	part, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p, Estimate: spend(50), Partial: true})
+	require.NoError(t, err)
+	assert.Equal(t, int64(40), part.Amount)
+	row := ledgerRow(t, e.c, "s", p)
+	assert.Equal(t, int64(100), row.Outstanding)
+
+	child := pushLimited(t, e.c, "s", p, 0, res.Token)
+	assert.Equal(t, int64(60), ledgerRow(t, e.c, "s", child).Max, "the reservation is the child's ceiling")
+	_, err = e.c.PushFrame(ctx, &messages.PushFrame{Header: mut("s"), ParentID: p, Goal: "again", Reservation: res.Token})
+	require.ErrorIs(t, err, actors.ErrReservationBound)
+
+	u, err := e.c.RecordUsage(ctx, &messages.RecordUsage{Header: mut("s"), FrameID: child, Cost: budget.Cost{SpendMicros: 70}})
+	require.NoError(t, err)
+	require.NotNil(t, u.Suspension)
+	assert.Equal(t, budget.SpendExceeded, u.Suspension.Limit.Code)
+
+	_, err = e.c.PopFrame(ctx, &messages.PopFrame{Header: mut("s"), FrameID: child, Status: frames.StatusCompleted})
+	require.NoError(t, err)
+	row = ledgerRow(t, e.c, "s", p)
+	assert.Equal(t, int64(70), row.Actual)
+	assert.Equal(t, int64(40), row.Outstanding, "the settled reservation holds nothing; the partial one still holds 40")
+
+	rel, err := e.c.ReleaseReservation(ctx, &messages.ReleaseReservation{Header: mut("s"), ReservationID: part.ReservationID})
+	require.NoError(t, err)
+	assert.Equal(t, int64(40), rel.Returned)
+	assert.Zero(t, ledgerRow(t, e.c, "s", p).Outstanding)
+}
+
+// Another scope's root: bound by the token; a settlement charges the
+// parent once however often it is delivered.
+func TestReservationAcrossScopesSettlesOnce(t *testing.T) {
+	e := newEnv(t)
+	p := pushLimited(t, e.c, "parent", "", 1000, "")
+	res, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("parent"), FrameID: p, For: "child", Estimate: spend(300)})
+	require.NoError(t, err)
+	_, err = e.c.PushFrame(ctx, &messages.PushFrame{Header: mut("other"), Goal: "x", Budget: budget.TokenBudget{Total: 10}, Reservation: res.Token})
+	require.ErrorIs(t, err, actors.ErrReservationInvalid, "a token for another scope")
+	c := pushLimited(t, e.c, "child", "", 0, res.Token)
+	assert.Equal(t, int64(300), ledgerRow(t, e.c, "child", c).Max)
+	for i := 0; i < 3; i++ {
+		s, err := e.c.SettleSpend(ctx, &messages.SettleSpend{Header: mut("parent"), Token: res.Token, From: "child", FrameID: c, Spent: 120, Final: true})
+		require.NoError(t, err)
+		if i == 0 {
+			assert.Equal(t, int64(120), s.Charged)
+		} else {
+			assert.Zero(t, s.Charged)
+		}
+	}
+	row := ledgerRow(t, e.c, "parent", p)
+	assert.Equal(t, int64(120), row.Actual)
+	assert.Zero(t, row.Outstanding)
+	forged := res.Token[:len(res.Token)-2] + "AA"
+	_, err = e.c.SettleSpend(ctx, &messages.SettleSpend{Header: mut("parent"), Token: forged, From: "child", FrameID: c, Spent: 500, Final: true})
+	require.ErrorIs(t, err, actors.ErrReservationInvalid)
+}

@@ -654,7 +654,7 @@ func init() {
 				if err != nil {
 					return nil, err
 				}
-				return &frames.SettleSpend{Header: hdr, Claims: cl, From: r.From, FrameID: r.FrameID, Spent: r.Spent, Final: r.Final,
+				return &frames.SettleSpend{Header: hdr, Claims: cl, From: r.From, FrameID: r.FrameID, Spent: r.Spent, Previous: r.Previous, Final: r.Final,
 					Mint: h.mint(hdr.Now, 0)}, nil
 			},
 			func(h *handler, r *messages.SettleSpend, evs []frames.Event, res messages.Result) (messages.Reply, error) {

@@ -77,12 +77,18 @@ const (
 	// bindings) that long after they could last be used, and then forgets
 	// them (see LedgerKeep).
 	MaxReservationAge = DefaultRequestHorizon
-	// LedgerKeep is how long after its grant a closed reservation, or a
-	// delivered binding, is remembered: past it no token for it can be
-	// valid. A settlement for a reservation forgotten by then is still
-	// charged (recorded anew).
+	// LedgerKeep is how long after its grant a returned reservation, or a
+	// delivered binding, is remembered at most: past it no token for it
+	// can be valid. A settlement for a reservation forgotten by then is
+	// still charged, less what its sender knows was acknowledged
+	// (SettleSpend.Previous), and recorded anew.
 	LedgerKeep = MaxReservationAge + 2*DefaultClockSkew
 )
+
+// KeepReturned is how many returned reservations a scope keeps for its
+// ledger (the most recent by grant; the log has every one): a scope's
+// state grows with its open reservations, not with its history.
+const KeepReturned = 1000
 
 // MaxOpenReservations bounds the reservations a scope holds open at once
 // (ErrTooManyReservations past it).
@@ -239,6 +245,9 @@ type SpendSettled struct {
 	ChargedTo string             `msgpack:"to,omitempty"`
 	Routed    string             `msgpack:"ro,omitempty"`
 	Claims    *ReservationClaims `msgpack:"cl,omitempty"`
+	// Previous, with Claims, is what the sender knew was acknowledged
+	// before: the recreated record's settled spend.
+	Previous int64 `msgpack:"pv,omitempty"`
 }
 
 // SpendDelivered: the reserving scope acknowledged this scope's settlement
@@ -289,16 +298,19 @@ type ReleaseReservation struct {
 
 // SettleSpend settles a reservation of this scope for work in scope From:
 // its root FrameID has spent Spent so far (cumulative), Final when it
-// finished. Claims come from the verified token; Mint names the token of a
+// finished; Previous is what From knows this scope acknowledged before
+// (what is charged when the scope no longer keeps the reservation).
+// Claims come from the verified token; Mint names the token of a
 // suspension if the charge takes the frame past its spend limit.
 type SettleSpend struct {
 	Header
-	Claims  ReservationClaims
-	From    string
-	FrameID string
-	Spent   int64
-	Final   bool
-	Mint    Mint
+	Claims   ReservationClaims
+	From     string
+	FrameID  string
+	Spent    int64
+	Previous int64
+	Final    bool
+	Mint     Mint
 }
 
 // AckSettlement records that the reserving scope acknowledged this scope's
@@ -594,16 +606,24 @@ func (d decider) settleSpend(c *SettleSpend) ([]Event, error) {
 	if err := budget.NonNegative("settled spend", c.Spent); err != nil {
 		return nil, err
 	}
+	if err := budget.NonNegative("previously settled spend", c.Previous); err != nil {
+		return nil, err
+	}
+	if c.Previous > c.Spent {
+		return nil, invalid("settlement of %d after %d acknowledged: settlements are cumulative", c.Spent, c.Previous)
+	}
 	r, err := d.reservation(cl.ID)
 	var claims *ReservationClaims
 	if err != nil {
 		if ValidateID("reservation id", cl.ID, d.cfg.MaxIDBytes) != nil {
 			return nil, err
 		}
-		// Forgotten (LedgerKeep) or destroyed with its scope: recorded anew.
+		// Forgotten (KeepReturned, LedgerKeep) or destroyed with its
+		// scope: what the sender knows was acknowledged is not charged
+		// again, and the reservation is recorded anew.
 		cc := cl
 		claims = &cc
-		r = &Reservation{ID: cl.ID, Frame: cl.Frame, For: cl.For, Returned: true}
+		r = &Reservation{ID: cl.ID, Frame: cl.Frame, For: cl.For, Returned: true, Settled: c.Previous}
 	} else if r.For != c.From || r.Frame != cl.Frame {
 		return nil, fmt.Errorf("%w: reservation %q is for scope %q", ErrReservationForeign, r.ID, r.For)
 	}
@@ -617,6 +637,9 @@ func (d decider) settleSpend(c *SettleSpend) ([]Event, error) {
 	to, routed := d.s.chargeTarget(r)
 	e := &SpendSettled{Meta: d.meta(r.Frame, ReasonUserMessage), ID: r.ID, From: c.From, Bound: c.FrameID, Spent: c.Spent,
 		Final: c.Final, Charged: charged, ChargedTo: to, Routed: routed, Claims: claims}
+	if claims != nil {
+		e.Previous = c.Previous
+	}
 	evs := []Event{e}
 	// A charge that takes its frame past its spend limit suspends it.
 	if f := d.s.Frames[to]; f != nil && charged > 0 && f.Status != StatusSuspended {
@@ -768,7 +791,7 @@ func applySpendSettled(s *State, e *SpendSettled) error {
 	s.ensureLedger()
 	r := s.Reservations[e.ID]
 	if r == nil {
-		r = &Reservation{ID: e.ID, Frame: e.Frame, For: e.From, Returned: true, Why: "settled", At: e.At}
+		r = &Reservation{ID: e.ID, Frame: e.Frame, For: e.From, Returned: true, Why: "settled", At: e.At, Settled: e.Previous}
 		if e.Claims != nil {
 			r.Amount, r.Ceiling, r.ExpiresAt = e.Claims.Amount, e.Claims.Ceiling, e.Claims.ExpiresAt
 		}
@@ -911,14 +934,31 @@ func ledgerDestroyed(s *State) {
 	}
 }
 
-// pruneLedger forgets reservations that returned and bindings that were
-// delivered, LedgerKeep after their grant (no token for them can be valid
-// any more). It depends on the event's time alone, so every fold prunes
-// alike.
+// pruneLedger forgets reservations that returned LedgerKeep after their
+// grant (no token for them can be valid any more) and past the newest
+// KeepReturned, and bindings delivered LedgerKeep after their grant. It
+// depends on the events alone, so every fold prunes alike. Forgetting is
+// safe: a settlement for a forgotten reservation charges what its sender
+// knows was not acknowledged (Previous), and a repeat of the same delivery
+// is answered by its request id.
 func (s *State) pruneLedger(now int64) {
+	var returned []*Reservation
 	for id, r := range s.Reservations {
-		if r.Returned && now-r.At > LedgerKeep {
+		switch {
+		case !r.Returned:
+		case now-r.At > LedgerKeep:
 			delete(s.Reservations, id)
+		default:
+			returned = append(returned, r)
+		}
+	}
+	if len(returned) > KeepReturned {
+		sort.Slice(returned, func(i, j int) bool {
+			a, b := returned[i], returned[j]
+			return a.At < b.At || (a.At == b.At && a.ID < b.ID)
+		})
+		for _, r := range returned[:len(returned)-KeepReturned] {
+			delete(s.Reservations, r.ID)
 		}
 	}
 	for id, b := range s.Bindings {

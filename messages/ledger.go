@@ -92,7 +92,11 @@ type SettleSpend struct {
 	From    string `msgpack:"fm"`
 	FrameID string `msgpack:"f"`
 	Spent   int64  `msgpack:"sp"`
-	Final   bool   `msgpack:"fi,omitempty"`
+	// Previous is what From's binding records as acknowledged before
+	// (Binding.Delivered): what a scope that no longer keeps the
+	// reservation does not charge again.
+	Previous int64 `msgpack:"pv,omitempty"`
+	Final    bool  `msgpack:"fi,omitempty"`
 }
 
 // SettleSpendReply says what the settlement charged (0 for a repeat) and

@@ -966,6 +966,12 @@ func (s *State) pruneLedger(now int64) {
 			delete(s.Bindings, id)
 		}
 	}
+	if len(s.Reservations) == 0 {
+		s.Reservations = nil // as a snapshot decodes it
+	}
+	if len(s.Bindings) == 0 {
+		s.Bindings = nil
+	}
 }
 
 // PendingSettlements lists the scope's bindings with a settlement to

@@ -1,5 +1,7 @@
 package frames
 
+import "fmt"
+
 // DefaultRequestHorizon is how long a scope remembers a request id after
 // the request committed: 7 days, the default lifetime of a suspension
 // token, so that an agent that resumes a week-old suspension and resends
@@ -232,6 +234,10 @@ const (
 	PendingToolInDoubt       PendingKind = "tool_in_doubt"
 	PendingSuspended         PendingKind = "suspended"
 	PendingToolAbandoned     PendingKind = "tool_abandoned"
+	// PendingSettlement: a root bound to another scope's reservation
+	// finished and its spend is not yet acknowledged by that scope (the
+	// server's outbox delivers it).
+	PendingSettlement PendingKind = "settlement_pending"
 )
 
 // PendingWork names one piece of unfinished work in a scope.
@@ -284,6 +290,10 @@ func (s *State) Pending() []PendingWork {
 			out = append(out, PendingWork{FrameID: f.ID, Kind: PendingToolInDoubt, ToolCallID: c.ID,
 				Description: "tool '" + c.Name + "' started and never finished: in doubt"})
 		}
+	}
+	for _, b := range s.PendingSettlements() {
+		out = append(out, PendingWork{FrameID: b.Root, Kind: PendingSettlement,
+			Description: fmt.Sprintf("spend %d of reservation %s to settle with frame '%s' of scope '%s'", b.Reported, b.Reservation, b.Frame, b.Scope)})
 	}
 	return out
 }

@@ -217,6 +217,7 @@ type SpendReturned struct {
 type SpendRenewed struct {
 	Meta      `msgpack:",inline"`
 	ID        string `msgpack:"id"`
+	Owner     string `msgpack:"ow"` // the reserving frame
 	ExpiresAt int64  `msgpack:"x"`
 	// For, Amount and Ceiling repeat the reservation's, so that the
 	// renewed token is signed from the event alone.
@@ -237,6 +238,7 @@ type SpendRenewed struct {
 type SpendSettled struct {
 	Meta      `msgpack:",inline"`
 	ID        string             `msgpack:"id"`
+	Owner     string             `msgpack:"ow"` // the reserving frame
 	From      string             `msgpack:"fm"`
 	Bound     string             `msgpack:"bd"`
 	Spent     int64              `msgpack:"sp"`
@@ -493,6 +495,16 @@ func (e *SpendUnavailableError) Error() string {
 // Is makes errors.Is(e, ErrSpendUnavailable) true.
 func (e *SpendUnavailableError) Is(target error) bool { return target == ErrSpendUnavailable }
 
+// ledgerMeta is the meta of a ledger event about frame: it names the frame
+// only while it is live (a finished frame's last event is its pop: the
+// store finds its record by that), else the scope.
+func (d decider) ledgerMeta(frame string) Meta {
+	if f := d.s.Frames[frame]; f == nil || !f.Status.Live() {
+		frame = ""
+	}
+	return d.meta(frame, ReasonUserMessage)
+}
+
 // reservation finds a reservation of this scope by id.
 func (d decider) reservation(id string) (*Reservation, error) {
 	if err := ValidateID("reservation id", id, d.cfg.MaxIDBytes); err != nil {
@@ -522,7 +534,7 @@ func (d decider) renewReservation(c *RenewReservation) ([]Event, error) {
 	if end <= r.ExpiresAt {
 		return nil, invalid("a reservation's lease ends at most %s after its grant: %q cannot be renewed past %d", span(MaxReservationAge), r.ID, r.ExpiresAt)
 	}
-	return []Event{&SpendRenewed{Meta: d.meta(r.Frame, ReasonUserMessage), ID: r.ID, ExpiresAt: end, For: r.For, Amount: r.Amount, Ceiling: r.Ceiling}}, nil
+	return []Event{&SpendRenewed{Meta: d.ledgerMeta(r.Frame), ID: r.ID, Owner: r.Frame, ExpiresAt: end, For: r.For, Amount: r.Amount, Ceiling: r.Ceiling}}, nil
 }
 
 func (d decider) releaseReservation(c *ReleaseReservation) ([]Event, error) {
@@ -536,7 +548,7 @@ func (d decider) releaseReservation(c *ReleaseReservation) ([]Event, error) {
 	if r.For == d.s.Scope && r.Child != "" {
 		return nil, fmt.Errorf("%w: %q is bound to live frame %q: popping it settles the reservation", ErrReservationBound, r.ID, r.Child)
 	}
-	return []Event{&SpendReturned{Meta: d.meta(r.Frame, ReasonUserMessage), IDs: []string{r.ID}, Why: "released", Returned: r.Held()}}, nil
+	return []Event{&SpendReturned{Meta: d.ledgerMeta(r.Frame), IDs: []string{r.ID}, Why: "released", Returned: r.Held()}}, nil
 }
 
 // chargeTarget is where spend settled on r goes now: its owner while live,
@@ -635,7 +647,7 @@ func (d decider) settleSpend(c *SettleSpend) ([]Event, error) {
 		charged = c.Spent - r.Settled
 	}
 	to, routed := d.s.chargeTarget(r)
-	e := &SpendSettled{Meta: d.meta(r.Frame, ReasonUserMessage), ID: r.ID, From: c.From, Bound: c.FrameID, Spent: c.Spent,
+	e := &SpendSettled{Meta: d.ledgerMeta(r.Frame), ID: r.ID, Owner: r.Frame, From: c.From, Bound: c.FrameID, Spent: c.Spent,
 		Final: c.Final, Charged: charged, ChargedTo: to, Routed: routed, Claims: claims}
 	if claims != nil {
 		e.Previous = c.Previous
@@ -668,7 +680,7 @@ func (d decider) ackSettlement(c *AckSettlement) ([]Event, error) {
 	case c.Final && !b.Final:
 		return nil, invalid("a final acknowledgement of binding %q, whose root %q is live", b.Reservation, b.Root)
 	}
-	return []Event{&SpendDelivered{Meta: d.meta(b.Root, ReasonUserMessage), ID: b.Reservation, Through: c.Through, Final: c.Final}}, nil
+	return []Event{&SpendDelivered{Meta: d.ledgerMeta(b.Root), ID: b.Reservation, Through: c.Through, Final: c.Final}}, nil
 }
 
 // bind checks the reservation a push presents and returns the limits of
@@ -776,7 +788,7 @@ func applySpendReturned(s *State, e *SpendReturned) error {
 
 func applySpendRenewed(s *State, e *SpendRenewed) error {
 	r := s.Reservations[e.ID]
-	if r == nil || r.Returned || e.ExpiresAt <= r.ExpiresAt || r.For != e.For || r.Amount != e.Amount || r.Ceiling != e.Ceiling || r.Frame != e.Frame {
+	if r == nil || r.Returned || e.ExpiresAt <= r.ExpiresAt || r.For != e.For || r.Amount != e.Amount || r.Ceiling != e.Ceiling || r.Frame != e.Owner {
 		return inconsistent("reservation %q renewed", e.ID)
 	}
 	r.ExpiresAt = e.ExpiresAt
@@ -791,7 +803,7 @@ func applySpendSettled(s *State, e *SpendSettled) error {
 	s.ensureLedger()
 	r := s.Reservations[e.ID]
 	if r == nil {
-		r = &Reservation{ID: e.ID, Frame: e.Frame, For: e.From, Returned: true, Why: "settled", At: e.At, Settled: e.Previous}
+		r = &Reservation{ID: e.ID, Frame: e.Owner, For: e.From, Returned: true, Why: "settled", At: e.At, Settled: e.Previous}
 		if e.Claims != nil {
 			r.Amount, r.Ceiling, r.ExpiresAt = e.Claims.Amount, e.Claims.Ceiling, e.Claims.ExpiresAt
 		}

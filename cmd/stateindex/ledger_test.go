@@ -205,6 +205,7 @@ func TestLedgerLiveSpawn(t *testing.T) {
 	})
 	out, errs, code := runLedger(t, "--data", dir, "--scope", "planner")
 	require.Equal(t, 0, code, errs)
+	t.Logf("ledger --data DIR --scope planner:\n%s", out)
 	want := `ledger of scope planner  version 2  at TIME  (amounts in dollars)
 └─ P active  max $1.000000  reserved -  outstanding $0.400000  actual $0.000000  "plan the trip"
    └─ $ reservation rv-planner for researcher  amount $0.400000  settled $0.000000  bound  lease ends TIME

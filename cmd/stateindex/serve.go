@@ -57,10 +57,15 @@ func retentionConfig(file *config.File) (actors.RetentionConfig, bool) {
 func serveConfig(file *config.File) (actors.Config, eventstore.Options, error) {
 	opts := file.StoreOptions()
 	opts.OpenTimeout = 2 * time.Second
-	cfg := file.ActorsConfig(actors.DefaultConfig())
+	cfg := file.ActorsConfig(actors.DefaultConfig()) // ledger.unestimated, ledger.cap and ledger.lease included
 	if err := file.Counters(&cfg); err != nil {
 		return cfg, opts, err
 	}
+	key, err := file.LedgerKey() // nil: actors.Config signs reservation tokens with the server key
+	if err != nil {
+		return cfg, opts, err
+	}
+	cfg.LedgerKey = key
 	return cfg, opts, nil
 }
 
@@ -151,6 +156,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	var shutdown func()
 	switch {
 	case clusterName != "":
+		if len(cfg.LedgerKey) == 0 {
+			log.Warn("stateindex ledger: no ledger.key_file: this member signs reservation tokens with its own server key, so a reservation for a scope homed on another member is refused (reservation_invalid); give every member the same ledger.key_file")
+		}
 		cc := actors.ClusterConfig{Name: clusterName, Members: members, Shards: cfg.Shards, HealthInterval: file.Cluster.HealthInterval,
 			MaxMessageBytes: file.Remoting.MaxMessageBytes, Logger: log}
 		node, err := actors.StartMember(sys, store, cfg, cc, listen)

@@ -67,7 +67,9 @@ idempotency: {horizon: 2d, clock_skew: 1m}
 tokens: {ttl: 1h, max_ttl: 2h, counter: o200k_base, scopes: [{prefix: "agents/", counter: cl100k_base}, {prefix: "agents/cheap/", counter: estimate}]}
 limits: {max_depth: 9, max_content_bytes: 1000}
 request_timeout: 5s
+ledger: {unestimated: cap, cap: 0.05, lease: 30m, key_file: ledger.key}
 `), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ledger.key"), bytes.Repeat([]byte{9}, 40), 0o600))
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	flags := config.RegisterFlags(fs)
 	require.NoError(t, fs.Parse([]string{"--config", path, "--shards", "5", "--cache-mib", "6"}))
@@ -100,6 +102,10 @@ request_timeout: 5s
 	assert.Equal(t, int64(9), cfg.Frames.MaxDepth)
 	assert.Equal(t, 1000, cfg.Frames.MaxContentBytes)
 	assert.Equal(t, d.Frames.MaxGoalBytes, cfg.Frames.MaxGoalBytes, "a limit the file leaves alone keeps its default")
+	assert.Equal(t, frames.EstimateCap, cfg.Frames.Unestimated)
+	assert.Equal(t, int64(50_000), cfg.Frames.UnestimatedCap, "$0.05 in micro-units")
+	assert.Equal(t, 30*time.Minute, cfg.Lease)
+	assert.Equal(t, bytes.Repeat([]byte{9}, 40), cfg.LedgerKey, "read from the file named, relative to the configuration")
 	assert.Equal(t, eventstore.Options{OpenTimeout: 2 * time.Second, JournalOff: true, JournalSegmentBytes: 2 << 20, JournalSegments: 3,
 		ApplyInterval: 50 * time.Millisecond, ApplyBytes: 1 << 20}, opts)
 }
@@ -113,6 +119,9 @@ func TestServeWithoutConfigKeepsTheDefaults(t *testing.T) {
 	cfg, opts, err := serveConfig(file)
 	require.NoError(t, err)
 	d := actors.DefaultConfig()
+	d.Frames.Unestimated = frames.EstimateDeny // "" reads as deny; the configuration says it
+	assert.Nil(t, cfg.LedgerKey, "no key file: the server key signs reservation tokens")
+	assert.Equal(t, time.Duration(frames.DefaultLease), cfg.Lease)
 	assert.Equal(t, "./data", file.DataDir)
 	assert.Equal(t, d.CounterName, cfg.CounterName, "the estimate by default")
 	assert.Equal(t, d.Counter.Count("hello hello hello"), cfg.Counter.Count("hello hello hello"))

@@ -140,16 +140,23 @@ func threadsOnServer(ctx context.Context, addr string, req *messages.ListFrames,
 	if _, _, err := splitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("--server %q: want host:port", addr)
 	}
+	sys, err := remoteSystem()
+	if err != nil {
+		return nil, err
+	}
+	c := actors.NewClient(sys.Root, actors.RemotePID(addr), timeout)
+	return c.ListFrames(ctx, req)
+}
+
+// remoteSystem returns the process's remoting actor system, started on
+// first use.
+func remoteSystem() (*actor.ActorSystem, error) {
 	remoting.once.Do(func() {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		remoting.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 		_, remoting.err = actors.StartRemote(remoting.sys, actors.RemoteConfig("127.0.0.1", 0))
 	})
-	if remoting.err != nil {
-		return nil, remoting.err
-	}
-	c := actors.NewClient(remoting.sys.Root, actors.RemotePID(addr), timeout)
-	return c.ListFrames(ctx, req)
+	return remoting.sys, remoting.err
 }
 
 func printThreads(w io.Writer, r *messages.ListFramesReply) {

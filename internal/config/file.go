@@ -2,10 +2,12 @@ package config
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/actors/wire"
+	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
@@ -33,6 +35,7 @@ type File struct {
 	Expiry         Expiry
 	Hooks          []Hook
 	Registry       Registry
+	Ledger         Ledger
 
 	// Sources lists the files read, the named one first, then each base.
 	Sources []string
@@ -55,6 +58,23 @@ type Registry struct {
 	Enabled  bool
 	Interval time.Duration
 }
+
+// Ledger configures the spend ledger (frames/ledger.go): what a
+// reservation without an estimate gets (Unestimated: deny, cap or allow;
+// Cap, in currency units, the amount a cap reservation holds), the default
+// lease, and KeyFile, a file holding the secret (at least 32 bytes) that
+// signs reservation tokens (actors.Config.LedgerKey; "" signs with the
+// server key, which a reservation for a scope on another cluster member
+// cannot be verified with).
+type Ledger struct {
+	Unestimated string
+	Cap         float64
+	Lease       time.Duration
+	KeyFile     string
+}
+
+// MinLedgerKeyBytes is the least a ledger key file may hold.
+const MinLedgerKeyBytes = 32
 
 // Cache bounds the hot scopes kept in memory.
 type Cache struct {
@@ -147,6 +167,7 @@ func Default() *File {
 		Remoting:       Remoting{MaxMessageBytes: wire.DefaultMaxBytes},
 		Cluster:        Cluster{HealthInterval: time.Second},
 		Registry:       Registry{Enabled: true, Interval: 25 * time.Millisecond},
+		Ledger:         Ledger{Unestimated: string(frames.EstimateDeny), Lease: time.Duration(frames.DefaultLease)},
 		Retention:      Retention{Default: RetentionPolicy{KeepLastN: 10, DeleteOlderThan: 7 * 24 * time.Hour, OnCompletion: Keep, ArchiveDir: "archive"}, Interval: time.Minute},
 		origins:        map[string]Origin{},
 	}
@@ -177,7 +198,30 @@ func (f *File) ActorsConfig(base actors.Config) actors.Config {
 	c.RequestTimeout = f.RequestTimeout
 	c.SubscriptionHold = f.Retention.HoldForSubscribers
 	c.RegistryOff, c.RegistryInterval = !f.Registry.Enabled, f.Registry.Interval
+	c.Frames.Unestimated, c.Frames.UnestimatedCap = frames.EstimatePolicy(f.Ledger.Unestimated), 0
+	if c.Frames.Unestimated == frames.EstimateCap {
+		c.Frames.UnestimatedCap, _ = budget.SpendFromFloat(f.Ledger.Cap) // checked by ledger.cap's spec
+	}
+	c.Lease = f.Ledger.Lease
 	return c
+}
+
+// LedgerKey reads ledger.key_file: the secret that signs reservation
+// tokens (nil when no file is named: the server key signs them). A file
+// that cannot be read or holds fewer than MinLedgerKeyBytes is refused.
+func (f *File) LedgerKey() ([]byte, error) {
+	if f.Ledger.KeyFile == "" {
+		return nil, nil
+	}
+	key, err := os.ReadFile(f.Ledger.KeyFile)
+	if err != nil {
+		return nil, errAt(f.Origin("ledger.key_file"), "ledger.key_file", "(%s) cannot be read: %v", f.Ledger.KeyFile, err)
+	}
+	if len(key) < MinLedgerKeyBytes {
+		return nil, errAt(f.Origin("ledger.key_file"), "ledger.key_file", "(%s) must hold a secret of at least %d bytes, got %d",
+			f.Ledger.KeyFile, MinLedgerKeyBytes, len(key))
+	}
+	return key, nil
 }
 
 // Counters returns the token counters the file configures, as

@@ -83,6 +83,15 @@ func (f *File) check() error {
 	case f.Tokens.TTL > f.Tokens.MaxTTL:
 		return errAt(f.Origin("tokens.ttl"), "tokens.ttl", "(%s) must not exceed tokens.max_ttl (%s)", formatDuration(f.Tokens.TTL), formatDuration(f.Tokens.MaxTTL))
 	}
+	switch lc := f.Origin("ledger.cap"); {
+	case f.Ledger.Unestimated == "cap" && f.Ledger.Cap <= 0:
+		return errAt(f.Origin("ledger.unestimated"), "ledger.unestimated", "is cap: it needs ledger.cap, a positive amount (got %s)", format(&f.Ledger.Cap))
+	case f.Ledger.Unestimated != "cap" && f.Ledger.Cap != 0:
+		return errAt(lc, "ledger.cap", "(%s) applies only with ledger.unestimated: cap, not %s", format(&f.Ledger.Cap), f.Ledger.Unestimated)
+	}
+	if _, err := f.LedgerKey(); err != nil {
+		return err
+	}
 	for i, h := range f.Hooks {
 		if h.Kind != "" && f.Cluster.Name == "" {
 			key := fmt.Sprintf("hooks[%d].kind", i)
@@ -281,6 +290,9 @@ func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string
 			}
 			if key == "data_dir" && !filepath.IsAbs(f.DataDir) {
 				f.DataDir = filepath.Join(filepath.Dir(o.File), f.DataDir) // relative to the file that says it
+			}
+			if key == "ledger.key_file" && f.Ledger.KeyFile != "" && !filepath.IsAbs(f.Ledger.KeyFile) {
+				f.Ledger.KeyFile = filepath.Join(filepath.Dir(o.File), f.Ledger.KeyFile) // as data_dir
 			}
 		case isSection(key):
 			if v.Kind != yaml.MappingNode {

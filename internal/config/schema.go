@@ -10,6 +10,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/tokenizer"
 )
 
@@ -66,6 +68,17 @@ var threshold = spec{check: func(s string) bool { f, err := strconv.ParseFloat(s
 var counterName = spec{nonEmpty: true, check: func(s string) bool { _, ok := tokenizer.Canonical(s); return ok },
 	want: "a known token counter (" + strings.Join(tokenizer.Names(), ", ") + ")"}
 
+// dollars is an amount of spend in currency units: not negative, and
+// within what micro-units can hold.
+var dollars = spec{check: func(s string) bool {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 {
+		return false
+	}
+	_, err = budget.SpendFromFloat(f)
+	return err == nil
+}, want: "an amount in currency units, not negative (0.25: 25 cents)"}
+
 var logLevel = spec{check: func(s string) bool { var l slog.Level; return l.UnmarshalText([]byte(s)) == nil }, want: "debug, info, warn or error"}
 
 // settings is the schema: every key a file may set.
@@ -121,6 +134,11 @@ var settings = func() []setting {
 		setting{key: "hooks", overrides: true},
 		setting{key: "registry.enabled", field: func(f *File) any { return &f.Registry.Enabled }},
 		setting{key: "registry.interval", spec: positive(), field: func(f *File) any { return &f.Registry.Interval }},
+		setting{key: "ledger.unestimated", spec: spec{enum: []string{string(frames.EstimateDeny), string(frames.EstimateCap), string(frames.EstimateAllow)}},
+			field: func(f *File) any { return &f.Ledger.Unestimated }},
+		setting{key: "ledger.cap", spec: dollars, field: func(f *File) any { return &f.Ledger.Cap }},
+		setting{key: "ledger.lease", spec: spec{min: 1, max: frames.MaxReservationAge}, field: func(f *File) any { return &f.Ledger.Lease }},
+		setting{key: "ledger.key_file", field: func(f *File) any { return &f.Ledger.KeyFile }},
 	)
 	return s
 }()
@@ -204,6 +222,9 @@ func assign(sp spec, ptr any, node *yaml.Node, text string, o Origin, key string
 		}
 		if int64(d) < sp.min {
 			return fail("%s, got %s", atLeast(sp.min), text)
+		}
+		if sp.max > 0 && int64(d) > sp.max {
+			return fail("must be at most %s, got %s", formatDuration(time.Duration(sp.max)), text)
 		}
 		*p = d
 	case *string:

@@ -154,6 +154,7 @@ func RebuildFinished(own []Versioned) (f *Frame, ok bool, err error) {
 	fr.Kids, fr.CreatedAt, fr.CompletedAt, fr.PushSeq, fr.ContextHash = r.Kids, r.CreatedAt, r.CompletedAt, r.PushSeq, r.ContextHash
 	fr.LiveKids, fr.Suspension = 0, nil
 	fr.ContinuedFrom, fr.ContinuedTo, fr.ChainRoot, fr.ContextWindow = r.ContinuedFrom, r.ContinuedTo, r.ChainRoot, r.ContextWindow
+	fr.Reservation = r.Reservation
 	return fr, true, nil
 }
 
@@ -163,7 +164,7 @@ func FromRecord(r *FrameRecord) *Frame {
 	return &Frame{ID: r.ID, ParentID: r.ParentID, Goal: r.Goal, Status: r.Status, Depth: r.Depth, Budget: r.Budget,
 		Limits: r.Limits, Cost: r.Cost, Results: append([]ResultRef(nil), r.Results...), Kids: r.Kids,
 		CreatedAt: r.CreatedAt, CompletedAt: r.CompletedAt, PushSeq: r.PushSeq, ContextHash: r.ContextHash, ContextTokens: r.ContextTokens,
-		ContinuedFrom: r.ContinuedFrom, ContinuedTo: r.ContinuedTo, ChainRoot: r.ChainRoot, ContextWindow: r.ContextWindow}
+		ContinuedFrom: r.ContinuedFrom, ContinuedTo: r.ContinuedTo, ChainRoot: r.ChainRoot, ContextWindow: r.ContextWindow, Reservation: r.Reservation}
 }
 
 // HistoricView is a read-only state that holds path — a frame and its

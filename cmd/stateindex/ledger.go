@@ -249,6 +249,9 @@ func (r *ledgerReader) read(scope, frame string) (*scopeLedger, error) {
 			if err := r.fillOr(n, reported); err != nil {
 				return nil, err
 			}
+			if b, ok := sl.bind[n.Reservation]; ok && n.Reserved == 0 {
+				n.Reserved = b.Ceiling // a root bound to another scope's reservation
+			}
 			for i := range row.Reservations {
 				if rv := &row.Reservations[i]; !rv.Expired(reply.Now) {
 					n.Outstanding += rv.Held()

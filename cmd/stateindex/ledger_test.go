@@ -132,7 +132,7 @@ func TestLedgerTwoLevelSpawnAcrossScopes(t *testing.T) {
 	want := `ledger of scope planner  version 4  at TIME  (amounts in dollars)
 └─ P active  max $1.000000  reserved -  outstanding $0.000000  actual $0.150000  "plan the trip"
    └─ $ reservation rv-planner for researcher  amount $0.400000  settled $0.120000  settled  lease ends TIME
-      └─ [researcher] R finished  max ?  reserved $0.400000  outstanding $0.000000  actual $0.120000  (its record could not be read (frame_not_found))  ""
+      └─ [researcher] R completed  max $0.400000  reserved $0.400000  outstanding $0.000000  actual $0.120000  "research flights"
          └─ $ reservation rv-research for researcher  amount $0.100000  settled $0.070000  settled  lease ends TIME
             └─ [researcher] C completed  max $0.100000  reserved $0.100000  outstanding $0.000000  actual $0.070000  "compare fares"
 `
@@ -170,7 +170,7 @@ func TestLedgerTwoLevelSpawnAcrossScopes(t *testing.T) {
 	// The researcher's own ledger: its finished root, read from the log.
 	out, errs, code = runLedger(t, "--data", dir, "--scope", "researcher")
 	require.Equal(t, 0, code, errs)
-	assert.Contains(t, anonymize(out, sp), "└─ R finished  max ?  reserved -  outstanding $0.000000  actual $0.120000")
+	assert.Contains(t, anonymize(out, sp), "└─ R completed  max $0.400000  reserved $0.400000  outstanding $0.000000  actual $0.120000  \"research flights\"")
 	assert.Contains(t, anonymize(out, sp), "   └─ $ reservation rv-research for researcher  amount $0.100000  settled $0.070000  settled")
 }
 

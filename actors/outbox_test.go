@@ -292,3 +292,46 @@ func TestClusterOutboxDeliversAcrossMembers(t *testing.T) {
 	assertDelivered(t, c, parent, p, child, id, 130)
 	assert.Equal(t, int64(1), nodes[1].Server().OutboxStats().Delivered, "the child's member delivered")
 }
+
+// Two levels: g reserves for scope mid, whose root reserves for scope
+// leaf. The mid root finishes first and is delivered; the leaf's spend
+// arrives late, is routed to mid's binding (its row written again before
+// that append) and delivered on to g: g is charged both, once each.
+func TestOutboxLateChargeIsRoutedUpward(t *testing.T) {
+	e := newEnv(t)
+	g, mid, midID := spawn(t, e.c, "g", "mid", 500, 20)
+	res, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("mid"), FrameID: mid, For: "leaf", Estimate: spend(100)})
+	require.NoError(t, err)
+	leaf := pushLimited(t, e.c, "leaf", "", 0, res.Token)
+	_, err = e.c.RecordUsage(ctx, &messages.RecordUsage{Header: mut("leaf"), FrameID: leaf, Cost: budget.Cost{SpendMicros: 30}})
+	require.NoError(t, err)
+
+	pop(t, e.c, "mid", mid)
+	drain(t, e.srv)
+	assertDelivered(t, e.c, "g", g, "mid", midID, 20)
+	require.False(t, outboxRow(t, e, "mid"), "mid's bindings all delivered")
+
+	hit := make(chan struct{}, 1)
+	actors.SetOutboxHook(e.srv, func(stage, scope string) bool {
+		if scope != "mid" {
+			return false
+		}
+		select {
+		case hit <- struct{}{}:
+		default:
+		}
+		return true
+	})
+	pop(t, e.c, "leaf", leaf)
+	<-hit // the leaf's settlement reached mid, and mid's binding is pending again
+	assert.True(t, outboxRow(t, e, "mid"), "written again before the routed charge's append")
+	b := binding(t, e.c, "mid", midID)
+	assert.Equal(t, int64(50), b.Reported)
+	assert.True(t, b.Pending())
+	actors.SetOutboxHook(e.srv, nil)
+	drain(t, e.srv)
+	assertDelivered(t, e.c, "g", g, "mid", midID, 50)
+	assert.Equal(t, []int64{20, 30}, settledCharges(t, e, "g"))
+	assert.False(t, outboxRow(t, e, "mid"))
+	assert.False(t, outboxRow(t, e, "leaf"))
+}

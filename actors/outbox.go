@@ -43,10 +43,9 @@ import (
 // with the scope held, once every binding of the scope finished and was
 // delivered (outboxSweep). Start scans the table and kicks every scope in
 // it. A store without eventstore.Tables has no such list: the worker then
-// delivers on kicks only (a settlement whose kick a crash lost waits until
-// the scope commits again or DrainOutbox is called after a restart names
-// nothing: it is not lost — the binding stays in the scope's state — but
-// nothing finds it by itself).
+// delivers on kicks only. A settlement whose kick a crash lost is not lost
+// (the binding stays pending in the scope's state) but nothing finds it by
+// itself: it is delivered after the scope's next commit.
 //
 // Deliveries run at most outboxConcurrency at once, from one scheduler
 // goroutine (no goroutine per scope). A failed delivery is retried with a

@@ -197,7 +197,7 @@ func StartMember(sys *actor.ActorSystem, store eventstore.Store, cfg Config, cc 
 		return nil, err
 	}
 	cfg.Shards = cc.Shards
-	srv, err := Start(sys, store, cfg)
+	srv, err := start(sys, store, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +217,9 @@ func StartMember(sys *actor.ActorSystem, store eventstore.Store, cfg Config, cc 
 		n.Stop()
 		return nil, err
 	}
+	// The outbox settles through the cluster Client: a reserving scope
+	// may live on another member (the work's scopes are this member's).
+	srv.outbox.start(srv.Client(), n.Client())
 	return n, nil
 }
 

@@ -103,6 +103,12 @@ func counting[R messages.Request](e opEntry, texts func(st *frames.State, r R) [
 	return e
 }
 
+// withPrepare sets an entry's prepare.
+func withPrepare(e opEntry, prepare func(h *handler, st *frames.State, req messages.Request) *job) opEntry {
+	e.prepare = prepare
+	return e
+}
+
 // entryFor returns req's entry, or nil for a request no entry handles.
 func entryFor(req messages.Request) *opEntry {
 	op := req.Op()
@@ -183,7 +189,9 @@ var dispatch [messages.NumOps]opEntry
 
 func init() {
 	dispatch = [messages.NumOps]opEntry{
-		messages.OpPushFrame: mutation(
+		// A push with another scope's reservation binds a root here: the
+		// scope's outbox row is written first (outboxPrepare).
+		messages.OpPushFrame: withPrepare(mutation(
 			func(h *handler, _ *frames.State, r *messages.PushFrame, hdr frames.Header) (frames.Command, error) {
 				cmd := &frames.PushFrame{Header: hdr, FrameID: h.cfg.NewID(), ParentID: r.ParentID, Goal: r.Goal,
 					Inputs: r.Inputs, Budget: r.Budget, Limits: r.Limits, ContextWindow: r.ContextWindow}
@@ -202,7 +210,7 @@ func init() {
 					return nil, err
 				}
 				return &messages.PushFrameReply{Result: res, FrameID: frameOf(evs), Depth: e.Depth, Budget: e.Budget}, nil
-			}),
+			}), (*handler).outboxPrepare),
 
 		messages.OpPopFrame: mutation(
 			func(h *handler, st *frames.State, r *messages.PopFrame, hdr frames.Header) (frames.Command, error) {
@@ -648,7 +656,9 @@ func init() {
 				return &messages.ReleaseReservationReply{Result: res, ReservationID: e.IDs[0], Returned: e.Returned}, nil
 			}),
 
-		messages.OpSettleSpend: mutation(
+		// A settlement in a scope with bindings may grow one (a late
+		// charge routed to it): the outbox row is written first.
+		messages.OpSettleSpend: withPrepare(mutation(
 			func(h *handler, _ *frames.State, r *messages.SettleSpend, hdr frames.Header) (frames.Command, error) {
 				cl, err := h.reservationClaims(r.Token)
 				if err != nil {
@@ -664,7 +674,7 @@ func init() {
 				}
 				return &messages.SettleSpendReply{Result: res, ReservationID: e.ID, Settled: e.Spent, Charged: e.Charged, ChargedTo: e.ChargedTo,
 					Routed: e.Routed, Suspension: h.suspension(evs[1:], res.Version)}, nil
-			}),
+			}), (*handler).outboxPrepare),
 
 		messages.OpAckSettlement: mutation(
 			func(_ *handler, _ *frames.State, r *messages.AckSettlement, hdr frames.Header) (frames.Command, error) {

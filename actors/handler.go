@@ -44,6 +44,9 @@ type handler struct {
 	// counting job counted for the request (counters.go).
 	cur compaction.Counter
 	pre map[string]counted
+	// ob is the server's outbox worker (outbox.go): a commit that leaves a
+	// pending settlement kicks it.
+	ob *outbox
 }
 
 // entry is a cached scope.
@@ -57,6 +60,9 @@ type entry struct {
 	info LoadInfo
 	// recountFailed stops recounts of the scope until it is loaded again.
 	recountFailed bool
+	// outboxRow says the scope's outbox row is known to be written
+	// (outbox.go): the requests that need it skip writing it again.
+	outboxRow bool
 }
 
 func newHandler(cfg Config, store eventstore.Store, cacheScopes int, cacheBytes int64) (*handler, error) {
@@ -119,6 +125,9 @@ func (h *handler) handleWith(req messages.Request, pre *precount) (out outcome) 
 	}
 	if rc, ok := req.(*recountReq); ok {
 		return h.recountWrite(rc, e)
+	}
+	if sw, ok := req.(*outboxSweep); ok {
+		return h.sweepOutbox(sw, e)
 	}
 	if o, held := h.checkCounter(req, e); held {
 		return o
@@ -432,6 +441,7 @@ func (h *handler) finish(w *write, res eventstore.AppendResult, err error) messa
 		return failure(w.req, toWire(err))
 	}
 	setPosition(reply, res.LastSeq)
+	h.kickOutbox(st)
 	h.maybeSnapshot(w.e)
 	h.checkpointRunFinished(w, res)
 	h.trim()

@@ -33,6 +33,8 @@ type Server struct {
 	// registry keeps the index ListFrames reads (registry.go).
 	registry    *registryFollower
 	registryPID *actor.PID
+	// outbox delivers the spend ledger's cross-scope settlements (outbox.go).
+	outbox *outbox
 }
 
 // Start spawns the StateIndex on sys over store. The store stays the
@@ -40,6 +42,19 @@ type Server struct {
 // store interface (what eventstore.Open returns beside its error), is
 // refused.
 func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server, error) {
+	s, err := start(sys, store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Standalone, settlements go to this server's own scopes.
+	s.outbox.start(s.Client(), s.Client())
+	return s, nil
+}
+
+// start is Start without the outbox worker running: a cluster member
+// starts it once its cluster Client can reach every member (StartMember);
+// until then commits only note the scopes to deliver from.
+func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server, error) {
 	if sys == nil {
 		return nil, errors.New("actors: Start needs an actor system, got nil")
 	}
@@ -54,6 +69,7 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 		return nil, err
 	}
 	s := &Server{sys: sys, cfg: cfg, store: store}
+	s.outbox = newOutbox(s)
 	perScopes := max(cfg.CacheScopes/cfg.Shards, 1)
 	perBytes := max(cfg.CacheBytes/int64(cfg.Shards), 1)
 	for i := 0; i < cfg.Shards; i++ {
@@ -62,6 +78,7 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 			s.Stop()
 			return nil, err
 		}
+		h.ob = s.outbox
 		s.handlers = append(s.handlers, h)
 		g := &gate{max: int64(cfg.MaxPending)}
 		s.gates = append(s.gates, g)
@@ -122,6 +139,9 @@ func (s *Server) Client() *Client {
 // Stop waits for the writes in flight to be answered, then stops the
 // shards after the requests already in their mailboxes.
 func (s *Server) Stop() {
+	if s.outbox != nil {
+		s.outbox.stop() // its deliveries write through the shards
+	}
 	if s.ret != nil {
 		s.ret.close() // a pass in progress ends at its next scope
 	}

@@ -219,7 +219,9 @@ func StartMember(sys *actor.ActorSystem, store eventstore.Store, cfg Config, cc 
 	}
 	// The outbox settles through the cluster Client: a reserving scope
 	// may live on another member (the work's scopes are this member's).
-	srv.outbox.start(srv.Client(), n.Client())
+	if !srv.cfg.OutboxOff {
+		srv.outbox.start(srv.Client(), n.Client())
+	}
 	return n, nil
 }
 

@@ -116,6 +116,11 @@ type Config struct {
 	// 25 ms; a negative value none.
 	RegistryOff      bool
 	RegistryInterval time.Duration
+	// OutboxOff leaves the spend ledger's outbox worker stopped: nothing
+	// delivers settlements across scopes (they wait in their scopes'
+	// state for a server that runs it). For tools that open a file to read
+	// it; a server must run it.
+	OutboxOff bool
 }
 
 // DefaultConfig returns the defaults. TokenKey is left empty: Start refuses

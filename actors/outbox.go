@@ -379,7 +379,7 @@ func (o *outbox) deliver(ctx context.Context, scope string) obResult {
 				return obResult{scope: scope, err: errors.New("stopped (test hook)"), slow: true}
 			}
 			_, err := o.client.SettleSpend(ctx, &messages.SettleSpend{Header: messages.Header{Scope: b.Scope, RequestID: settleRequestID("settle-", scope, &b)},
-				Token: b.Token, From: scope, FrameID: b.Root, Spent: b.Reported, Final: b.Final})
+				Token: b.Token, From: scope, FrameID: b.Root, Spent: b.Reported, Previous: b.Delivered, Final: b.Final})
 			if err != nil {
 				return o.failed(scope, "settling reservation "+b.Reservation+" in scope "+b.Scope, err)
 			}
@@ -438,8 +438,10 @@ func settleRequestID(prefix, scope string, b *frames.Binding) string {
 		h.Write(n[:])
 		h.Write([]byte(s))
 	}
-	binary.BigEndian.PutUint64(n[:], uint64(b.Reported))
-	h.Write(n[:])
+	for _, v := range []int64{b.Reported, b.Delivered} {
+		binary.BigEndian.PutUint64(n[:], uint64(v))
+		h.Write(n[:])
+	}
 	if b.Final {
 		h.Write([]byte{1})
 	} else {

@@ -47,7 +47,9 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 		return nil, err
 	}
 	// Standalone, settlements go to this server's own scopes.
-	s.outbox.start(s.Client(), s.Client())
+	if !s.cfg.OutboxOff {
+		s.outbox.start(s.Client(), s.Client())
+	}
 	return s, nil
 }
 

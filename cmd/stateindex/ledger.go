@@ -107,7 +107,8 @@ func ledgerOnFile(dir string, timeout time.Duration) (*actors.Client, func(), er
 		store.Close()
 		return nil, nil, err
 	}
-	cfg.Logger, cfg.RegistryOff, cfg.RequestTimeout = quiet, true, timeout
+	// Nor are settlements delivered: the outbox stays off (a server does it).
+	cfg.Logger, cfg.RegistryOff, cfg.OutboxOff, cfg.RequestTimeout = quiet, true, true, timeout
 	srv, err := actors.Start(sys, store, cfg)
 	if err != nil {
 		sys.Shutdown()

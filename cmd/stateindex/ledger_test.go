@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,16 +50,35 @@ func pop(t *testing.T, c *actors.Client, ctx context.Context, scope, frame strin
 	require.NoError(t, err)
 }
 
-// startSpawn pushes the spawn; finish pops the researcher's frames (child
-// $0.07, root $0.05 of its own), settles the planner's reservation as the
-// outbox does (SettleSpend to the planner, then AckSettlement to the
-// researcher) and charges the planner $0.03 of its own.
-func startSpawn(t *testing.T, c *actors.Client, ctx context.Context, finish bool) spawn {
-	return startSpawnAck(t, c, ctx, finish, true)
+// withLedgerServer runs fn against a server on dir's data file; outbox
+// false leaves its outbox worker off (the test delivers by hand).
+func withLedgerServer(t *testing.T, dir string, outbox bool, fn func(srv *actors.Server, c *actors.Client, ctx context.Context)) {
+	t.Helper()
+	store, err := openStore(dir, true, time.Second, false)
+	require.NoError(t, err)
+	defer store.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+	defer sys.Shutdown()
+	cfg := actors.DefaultConfig()
+	cfg.TokenKey, cfg.Logger, cfg.OutboxOff = bytes.Repeat([]byte{7}, 32), quiet, !outbox
+	srv, err := actors.Start(sys, store, cfg)
+	require.NoError(t, err)
+	defer srv.Stop()
+	fn(srv, srv.Client(), context.Background())
 }
 
-// startSpawnAck is startSpawn; ack false leaves out the AckSettlement.
-func startSpawnAck(t *testing.T, c *actors.Client, ctx context.Context, finish, ack bool) spawn {
+// startSpawn pushes the spawn; finish pops the researcher's frames (child
+// $0.07, root $0.05 of its own), lets the server's outbox settle the
+// planner's reservation (SettleSpend to the planner, then AckSettlement to
+// the researcher) and charges the planner $0.03 of its own.
+func startSpawn(t *testing.T, srv *actors.Server, c *actors.Client, ctx context.Context, finish bool) spawn {
+	return startSpawnAck(t, srv, c, ctx, finish, true)
+}
+
+// startSpawnAck is startSpawn; ack false (on a server whose outbox is off)
+// delivers the settlement by hand and leaves out the AckSettlement.
+func startSpawnAck(t *testing.T, srv *actors.Server, c *actors.Client, ctx context.Context, finish, ack bool) spawn {
 	t.Helper()
 	pl, rs := messages.Header{Scope: "planner"}, messages.Header{Scope: "researcher"}
 	var s spawn
@@ -83,17 +107,17 @@ func startSpawnAck(t *testing.T, c *actors.Client, ctx context.Context, finish, 
 	spendOn(t, c, ctx, "researcher", s.research, 0.05)
 	pop(t, c, ctx, "researcher", s.child)
 	pop(t, c, ctx, "researcher", s.research)
-	// What the outbox delivers (Binding.Pending → SettleSpend, then AckSettlement).
-	l, err := c.GetLedger(ctx, &messages.GetLedger{Header: rs})
-	require.NoError(t, err)
-	require.Len(t, l.Bindings, 1)
-	b := l.Bindings[0]
-	require.True(t, b.Pending())
-	require.Equal(t, micros(0.12), b.Reported, "the researcher root's spend, its child's included")
-	_, err = c.SettleSpend(ctx, &messages.SettleSpend{Header: pl, Token: b.Token, From: "researcher", FrameID: b.Root, Spent: b.Reported, Final: true})
-	require.NoError(t, err)
 	if ack {
-		_, err = c.AckSettlement(ctx, &messages.AckSettlement{Header: rs, ReservationID: b.Reservation, Through: b.Reported, Final: true})
+		require.NoError(t, srv.DrainOutbox(ctx))
+	} else {
+		// What the outbox delivers first (Binding.Pending → SettleSpend).
+		l, err := c.GetLedger(ctx, &messages.GetLedger{Header: rs})
+		require.NoError(t, err)
+		require.Len(t, l.Bindings, 1)
+		b := l.Bindings[0]
+		require.True(t, b.Pending())
+		require.Equal(t, micros(0.12), b.Reported, "the researcher root's spend, its child's included")
+		_, err = c.SettleSpend(ctx, &messages.SettleSpend{Header: pl, Token: b.Token, From: "researcher", FrameID: b.Root, Spent: b.Reported, Final: true})
 		require.NoError(t, err)
 	}
 	spendOn(t, c, ctx, "planner", s.planner, 0.03)
@@ -120,7 +144,7 @@ func anonymize(s string, sp spawn) string {
 func TestLedgerTwoLevelSpawnAcrossScopes(t *testing.T) {
 	dir := t.TempDir()
 	var sp spawn
-	withServer(t, dir, func(c *actors.Client, ctx context.Context) { sp = startSpawn(t, c, ctx, true) })
+	withLedgerServer(t, dir, true, func(srv *actors.Server, c *actors.Client, ctx context.Context) { sp = startSpawn(t, srv, c, ctx, true) })
 
 	out, errs, code := runLedger(t, "--data", dir, "--scope", "planner")
 	require.Equal(t, 0, code, errs)
@@ -180,7 +204,9 @@ func TestLedgerTwoLevelSpawnAcrossScopes(t *testing.T) {
 func TestLedgerSettledBeforeTheAck(t *testing.T) {
 	dir := t.TempDir()
 	var sp spawn
-	withServer(t, dir, func(c *actors.Client, ctx context.Context) { sp = startSpawnAck(t, c, ctx, true, false) })
+	withLedgerServer(t, dir, false, func(srv *actors.Server, c *actors.Client, ctx context.Context) {
+		sp = startSpawnAck(t, srv, c, ctx, true, false)
+	})
 	out, errs, code := runLedger(t, "--data", dir, "--scope", "planner")
 	require.Equal(t, 0, code, errs)
 	t.Logf("ledger --data DIR --scope planner:\n%s", out)
@@ -199,8 +225,8 @@ func TestLedgerSettledBeforeTheAck(t *testing.T) {
 func TestLedgerLiveSpawn(t *testing.T) {
 	dir := t.TempDir()
 	var sp spawn
-	withServer(t, dir, func(c *actors.Client, ctx context.Context) {
-		sp = startSpawn(t, c, ctx, false)
+	withLedgerServer(t, dir, true, func(srv *actors.Server, c *actors.Client, ctx context.Context) {
+		sp = startSpawn(t, srv, c, ctx, false)
 		spendOn(t, c, ctx, "researcher", sp.child, 0.02)
 	})
 	out, errs, code := runLedger(t, "--data", dir, "--scope", "planner")
@@ -220,7 +246,7 @@ func TestLedgerLiveSpawn(t *testing.T) {
 // the scope does not have (the server's error, exit 1).
 func TestLedgerBadInput(t *testing.T) {
 	dir := t.TempDir()
-	withServer(t, dir, func(c *actors.Client, ctx context.Context) { startSpawn(t, c, ctx, false) })
+	withLedgerServer(t, dir, true, func(srv *actors.Server, c *actors.Client, ctx context.Context) { startSpawn(t, srv, c, ctx, false) })
 	for _, args := range [][]string{
 		{"--scope", "planner"},
 		{"--data", dir},

@@ -72,6 +72,17 @@ func TestRunTiny(t *testing.T) {
 		assert.Positive(t, s.Index.Frames)
 	}
 	require.Len(t, rep.Remote, 1)
+	require.Len(t, rep.Ledger, 2)
+	for _, l := range rep.Ledger {
+		assert.Positive(t, l.Reserve.Ops, "spawners=%d", l.Spawners)
+		assert.Positive(t, l.Children)
+		assert.Equal(t, l.Children, l.Settle.Ops, "every child's settlement was seen by the subscriber")
+		assert.Positive(t, l.Refused, "the parent's limit is reached")
+		assert.False(t, l.Exceeded)
+		assert.Equal(t, l.MaxMicros, l.PeakMicros, "the limit is reached, never passed")
+		assert.Equal(t, l.ChildrenMicros, l.ActualMicros, "the parent is charged exactly what its children spent")
+		assert.Positive(t, l.EventsChecked)
+	}
 	assert.NotEmpty(t, rep.Goals)
 	names := make([]string, 0, len(rep.Goals))
 	for _, g := range rep.Goals {
@@ -82,7 +93,7 @@ func TestRunTiny(t *testing.T) {
 
 	var out bytes.Buffer
 	require.NoError(t, bench.WriteText(&out, rep))
-	for _, want := range []string{"Durable PushFrame + AddContextHandle", "AssembleContextPack", "Cold ResumeActor", "Bytes on disk", "Remote round trips", "Goals"} {
+	for _, want := range []string{"Durable PushFrame + AddContextHandle", "AssembleContextPack", "Cold ResumeActor", "Bytes on disk", "Remote round trips", "Spend ledger", "Goals"} {
 		assert.Contains(t, out.String(), want)
 	}
 	b, err := json.Marshal(rep)

@@ -95,6 +95,12 @@ func (r *Report) goals() []Goal {
 			AtMost(fmt.Sprintf("long-lived agents, retention keep_last_n %d: data directory at the end ÷ at a quarter (median of %d pairs)", l.KeepLastN, len(l.Runs)/2), l.Growth, 1.2, "%.2f"),
 			AtLeast("long-lived agents: throughput with retention ÷ without (median of the pairs)", l.ThroughputRatio, 0.9, "%.2f"))
 	}
+	for _, x := range r.Ledger {
+		diff := x.ActualMicros - x.ChildrenMicros
+		out = append(out,
+			AtMost(fmt.Sprintf("ledger, %d spawners: the parent's peak actual + outstanding (µ$, %d events checked)", x.Spawners, x.EventsChecked), float64(x.PeakMicros), float64(x.MaxMicros), "%.0f"),
+			AtMost(fmt.Sprintf("ledger, %d spawners: |parent's actual − what the children spent| (µ$)", x.Spawners), float64(max(diff, -diff)), 0, "%.0f"))
+	}
 	for _, x := range r.Remote {
 		out = append(out, AtLeast(fmt.Sprintf("remote GetStack ÷ trivial remote echo, %d callers (ops/s)", x.Callers), x.GetStackOverEcho, 0.5, "%.2f"))
 	}

@@ -20,10 +20,12 @@ const (
 	ScenarioRemote   = "remote"
 	// ScenarioLongLived is the long-lived agents with and without retention.
 	ScenarioLongLived = "longlived"
+	// ScenarioLedger is agents spawning agents against one spend limit.
+	ScenarioLedger = "ledger"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote, ScenarioLongLived}
+var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote, ScenarioLongLived, ScenarioLedger}
 
 // Options configure Run. The zero value runs every scenario at full size
 // in the system's temporary directory.
@@ -109,7 +111,9 @@ type Report struct {
 	Remote   []RemoteResult   `json:"remote,omitempty"`
 	// LongLived is the long-lived-agent scenario (issue 11's retention).
 	LongLived *LongLivedResult `json:"long_lived,omitempty"`
-	Goals     []Goal           `json:"goals,omitempty"`
+	// Ledger is the spend-ledger scenario (issue 14), at 1 and 64 spawners.
+	Ledger []LedgerResult `json:"ledger,omitempty"`
+	Goals  []Goal         `json:"goals,omitempty"`
 }
 
 // Machine identifies where a report was measured.
@@ -232,6 +236,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return rep, fmt.Errorf("long-lived: %w", err)
 		}
 		rep.LongLived = &r
+	}
+	if o.runs(ScenarioLedger) {
+		for _, c := range []struct{ spawners, cycles int }{{1, 400}, {64, 3200}} {
+			r, err := ledger(ctx, &o, c.spawners, o.scale(c.cycles, c.spawners*2))
+			if err != nil {
+				return rep, fmt.Errorf("ledger, %d spawners: %w", c.spawners, err)
+			}
+			rep.Ledger = append(rep.Ledger, r)
+		}
 	}
 	rep.Seconds = time.Since(begin).Seconds()
 	rep.Goals = rep.goals()

@@ -137,8 +137,24 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 		fmt.Fprintf(w, "median growth with retention %.2f; median throughput with ÷ without %.2f\n", l.Growth, l.ThroughputRatio)
 	}
+	if len(r.Ledger) > 0 {
+		fmt.Fprintf(w, "\nSpend ledger: spawners reserve on one parent frame for children in their own scopes, push them with the token, record their\n")
+		fmt.Fprintf(w, "spend and pop them; the outbox settles in the parent's scope. Reserve: ReserveSpend back to back, nothing else running. Settle: a child's\n")
+		fmt.Fprintf(w, "pop acknowledged → the parent's spend.settled delivered to a subscriber. Peak: the parent's largest actual + outstanding after any event.\n")
+		p("spawners\treserve/s\tp50 µs\tp99 µs\t│\tspawns/s\treserve p50\tp99\t│\tsettle p50 µs\tp99 µs\t│\tchildren\trefused\tmax µ$\tpeak µ$\tactual µ$\tchildren µ$\texceeded\t\n")
+		for _, x := range r.Ledger {
+			p("%d\t%s\t%s\t%s\t│\t%s\t%s\t%s\t│\t%s\t%s\t│\t%s\t%s\t%d\t%d\t%d\t%d\t%v\t\n", x.Spawners,
+				num(x.Reserve.OpsPerSec), num(x.Reserve.P50us), num(x.Reserve.P99us),
+				num(x.Spawn.OpsPerSec), num(x.SpawnReserve.P50us), num(x.SpawnReserve.P99us),
+				num(x.Settle.P50us), num(x.Settle.P99us),
+				count(x.Children), count(x.Refused), x.MaxMicros, x.PeakMicros, x.ActualMicros, x.ChildrenMicros, x.Exceeded)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(r.Goals) > 0 {
-		fmt.Fprintf(w, "\nGoals (issues 4, 10 and 11) that this run can judge:\n")
+		fmt.Fprintf(w, "\nGoals (issues 4, 10, 11 and 14) that this run can judge:\n")
 		if err := WriteGoals(w, r.Goals); err != nil {
 			return err
 		}

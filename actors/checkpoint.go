@@ -45,14 +45,14 @@ func (h *handler) checkpoint(scope string, version int64, reason eventstore.Chec
 }
 
 // checkpointRunFinished signs, in the background, the chain hash a write
-// ended at if one of its events finished a run.
-func (h *handler) checkpointRunFinished(w *write, res eventstore.AppendResult) {
+// (of a batch) ended at if one of its events finished a run.
+func (h *handler) checkpointRunFinished(scope string, evs []frames.Event, res eventstore.AppendResult) {
 	if len(h.cfg.SigningKey) == 0 {
 		return
 	}
-	for _, ev := range w.evs {
+	for _, ev := range evs {
 		if ev.EventMeta().Reason == frames.ReasonRunFinished {
-			scope, version := w.e.st.Scope, res.LastVersion
+			version := res.LastVersion
 			h.snapshots.Add(1) // Stop waits for it like for a snapshot
 			go func() {
 				defer h.snapshots.Done()

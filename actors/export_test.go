@@ -11,3 +11,13 @@ func SetOutboxHook(s *Server, fn func(stage, scope string) bool) {
 	}
 	s.outbox.hook.Store(&fn)
 }
+
+// Pending is what the server's shards hold: requests waiting for their
+// scope plus busy scopes, as each shard last saw it.
+func Pending(s *Server) int64 {
+	var n int64
+	for _, g := range s.gates {
+		n += g.pending.Load()
+	}
+	return n
+}

@@ -100,8 +100,7 @@ func (s *fuzzServer) do(req messages.Request) messages.Reply {
 		o = o.job.finish(o.job.run())
 	}
 	if o.w != nil {
-		res, err := s.h.runAppend(o.w)
-		return s.h.finish(o.w, res, err)
+		return s.h.commitNow(req, o.w)
 	}
 	return o.reply
 }

@@ -75,8 +75,9 @@ func newHandler(cfg Config, store eventstore.Store, cacheScopes int, cacheBytes 
 	return h, nil
 }
 
-// write is a decided change on its way to the store: begun on the shard's
-// goroutine, appended on another, finished back on the shard's.
+// write is a decided change on its way to the store: begun and applied on
+// the shard's goroutine, appended (in its batch) on another, settled back
+// on the shard's.
 type write struct {
 	req      messages.Request
 	e        *entry
@@ -84,11 +85,14 @@ type write struct {
 	enc      []eventstore.Event
 	expected int64
 	size     int64
-	// d builds the reply once the events are durable and applied: from
-	// the events, or from the state with info and start (ResumeActor).
+	// d builds the reply once the events are applied: from the events, or
+	// from the state with info and start (ResumeActor).
 	d     *opEntry
 	info  LoadInfo
 	start time.Time
+	// reply is the write's reply, built when its events were applied
+	// (speculate), sent once they are durable.
+	reply messages.Reply
 }
 
 // handle answers one request: with a reply now, a write, or a job. A scope
@@ -397,55 +401,89 @@ func (h *handler) begin(req messages.Request, e *entry, evs []frames.Event) (*wr
 	return w, nil
 }
 
-// runAppend makes a write durable. It touches only the write and the store,
-// so it may run on any goroutine.
-func (h *handler) runAppend(w *write) (eventstore.AppendResult, error) {
-	return h.store.Append(context.Background(), w.e.st.Scope, w.expected, w.enc)
-}
-
-// finish applies a write whose append returned, and builds its reply.
-// Nothing in the cached state changes unless the append succeeded.
-func (h *handler) finish(w *write, res eventstore.AppendResult, err error) messages.Reply {
+// speculate applies a decided write's events to its scope's cached state
+// at once, before they are durable, and builds its reply (w.reply), so
+// that the scope's next request can be decided after it and appended in
+// the same batch (batch.go). Nothing can see the state meanwhile: the
+// scope stays busy, its requests held, until the batch's append returns,
+// and a failed append drops the state from the cache (settle). It reports
+// false when the events do not apply (the state is then half-changed: the
+// batch drops it) — never so for events Decide returned.
+func (h *handler) speculate(w *write) bool {
 	st := w.e.st
-	if h.inFlight[st.Scope]--; h.inFlight[st.Scope] <= 0 {
-		delete(h.inFlight, st.Scope)
-	}
-	if cur, ok := h.cache.Peek(st.Scope); !ok || cur != w.e {
-		// Evicted by count while its write was in flight: no other request
-		// of the scope ran meanwhile, so this entry is still the truth.
-		h.put(st.Scope, w.e)
-	}
-	if err != nil {
-		if errors.Is(err, eventstore.ErrConflict) || errors.Is(err, eventstore.ErrCommitFailed) {
-			// Someone else wrote this stream, or a commit of unknown outcome
-			// may have reached the file: the cached state cannot be trusted.
-			h.cache.Remove(st.Scope)
-		}
-		return failure(w.req, toWire(err))
-	}
 	for _, ev := range w.evs {
 		if err := frames.Apply(st, ev); err != nil {
-			h.cache.Remove(st.Scope)
-			return failure(w.req, toWire(fmt.Errorf("apply after commit: %w", err)))
+			w.reply = failure(w.req, messages.Errorf(messages.CodeInternal, "decided events do not apply: %v", err))
+			return false
 		}
 	}
-	if st.Version != res.LastVersion {
-		h.cache.Remove(st.Scope)
-		return failure(w.req, messages.Errorf(messages.CodeInternal, "scope %q at version %d after an append that ended at %d", st.Scope, st.Version, res.LastVersion))
+	if want := w.expected + int64(len(w.enc)); st.Version != want {
+		w.reply = failure(w.req, messages.Errorf(messages.CodeInternal, "scope %q at version %d after events that end at %d", st.Scope, st.Version, want))
+		return false
 	}
-	w.e.size += w.size
-	w.e.sinceSnap += w.size
-	h.bytes += w.size
+	if w.d == nil || w.d.state == nil { // a reply from the state reads the store too: built once durable (settle)
+		w.reply = h.reply(w)
+	}
+	return true
+}
+
+// reply builds a write's reply once its events are applied.
+func (h *handler) reply(w *write) messages.Reply {
 	reply, err := h.written(w)
 	if err != nil {
 		return failure(w.req, toWire(err))
 	}
-	setPosition(reply, res.LastSeq)
-	h.kickOutbox(st)
-	h.maybeSnapshot(w.e)
-	h.checkpointRunFinished(w, res)
-	h.trim()
 	return reply
+}
+
+// settle finishes a batch whose append returned: with an error nothing
+// was written, and every write of the batch fails with it; else the
+// writes are durable and their replies (built by speculate) get the
+// batch's position. It reports whether the cached state is the truth; when
+// not (the append failed, or a write's events did not apply) the scope is
+// dropped from the cache, to be loaded again from the store.
+func (h *handler) settle(b *batch, res eventstore.AppendResult, err error) (kept bool) {
+	st := b.e.st
+	for range b.writes {
+		if h.inFlight[st.Scope]--; h.inFlight[st.Scope] <= 0 {
+			delete(h.inFlight, st.Scope)
+		}
+	}
+	if err != nil {
+		h.cache.Remove(st.Scope)
+		for _, w := range b.writes {
+			w.reply = failure(w.req, toWire(err))
+		}
+		return false
+	}
+	if b.broken || st.Version != res.LastVersion {
+		h.cache.Remove(st.Scope)
+		if !b.broken {
+			for _, w := range b.writes {
+				w.reply = failure(w.req, messages.Errorf(messages.CodeInternal, "scope %q at version %d after an append that ended at %d", st.Scope, st.Version, res.LastVersion))
+			}
+		}
+		return false
+	}
+	if cur, ok := h.cache.Peek(st.Scope); !ok || cur != b.e {
+		// Evicted by count while its batch was in flight: no other request
+		// of the scope ran meanwhile, so this entry is still the truth.
+		h.put(st.Scope, b.e)
+	}
+	for _, w := range b.writes {
+		b.e.size += w.size
+		b.e.sinceSnap += w.size
+		h.bytes += w.size
+		if w.reply == nil {
+			w.reply = h.reply(w)
+		}
+		setPosition(w.reply, res.LastSeq)
+	}
+	h.checkpointRunFinished(st.Scope, b.events(), res)
+	h.kickOutbox(st)
+	h.maybeSnapshot(b.e)
+	h.trim()
+	return true
 }
 
 // maybeSnapshot snapshots a scope once at least SnapshotEvery events and

@@ -1,12 +1,10 @@
 package actors
 
 import (
-	"context"
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/messages"
 )
 
@@ -25,7 +23,10 @@ type shard struct {
 	waiting map[string][]envelope // busy scopes → requests held
 	held    int                   // requests held in waiting
 	drains  []*actor.PID          // Drain requests answered once nothing is in flight
-	parked  parking               // AwaitFrame's parked waits (await.go)
+	// backlog is the rest of the requests resume is taking up, which a
+	// write's batch may take (batch.go); nil otherwise.
+	backlog []envelope
+	parked  parking // AwaitFrame's parked waits (await.go)
 }
 
 type envelope struct {
@@ -43,7 +44,7 @@ type replyTo struct {
 }
 
 // outcome is what handling a request comes to: a reply now, a write to
-// append (runAppend, then finish), or a job: store reads to run off the
+// append (in a batch: batch.go), or a job: store reads to run off the
 // shard's goroutine before the request can be answered.
 type outcome struct {
 	reply messages.Reply
@@ -101,14 +102,6 @@ func overloaded(req messages.Request, max int64) messages.Reply {
 		"the shard of scope %q holds %d pending requests, its limit: not applied, retry later", req.ScopeName(), max))
 }
 
-// committed reports a write's append outcome to its shard.
-type committed struct {
-	w   *write
-	to  replyTo
-	res eventstore.AppendResult
-	err error
-}
-
 // jobDone reports a job's result to its shard.
 type jobDone struct {
 	job *job
@@ -128,16 +121,7 @@ func (s *shard) Receive(c actor.Context) {
 	case messages.Request:
 		s.request(c, m, replyTo{pid: c.Sender()})
 	case *committed:
-		scope := m.w.e.st.Scope
-		reply := s.h.finish(m.w, m.res, m.err)
-		if m.err == nil && m.w.e.st.Version == m.res.LastVersion {
-			// Applied (finish applied it to the write's own state, which
-			// the cache may have evicted since): its waits may have ended.
-			s.awaitWrite(c, m.w.e.st, m.w.evs)
-		}
-		if !s.run(c, scope, m.w.req, m.to, s.h.afterWrite(m.w, reply)) {
-			s.resume(c, scope)
-		}
+		s.committed(c, m)
 	case *jobDone:
 		if !s.run(c, m.job.scope, m.req, m.to, m.job.finish(m.v)) {
 			s.resume(c, m.job.scope)
@@ -181,16 +165,20 @@ func (s *shard) request(c actor.Context, m messages.Request, to replyTo) {
 }
 
 // resume runs the requests a scope held once its write or job is done,
-// until one of them starts another.
+// until one of them starts another; a write takes the requests after it
+// into its batch (batch.go) as far as they go.
 func (s *shard) resume(c actor.Context, scope string) {
 	q := s.waiting[scope]
 	delete(s.waiting, scope)
 	s.held -= len(q)
-	for i, env := range q {
-		if s.process(c, env.req, env.to) {
-			rest := q[i+1:]
-			s.waiting[scope] = append(s.waiting[scope], rest...)
-			s.held += len(rest)
+	for len(q) > 0 {
+		env := q[0]
+		s.backlog = q[1:]
+		busy := s.process(c, env.req, env.to)
+		q, s.backlog = s.backlog, nil
+		if busy {
+			s.waiting[scope] = append(s.waiting[scope], q...)
+			s.held += len(q)
 			break
 		}
 	}
@@ -217,14 +205,8 @@ func (s *shard) run(c actor.Context, scope string, req messages.Request, to repl
 	}
 	switch {
 	case o.w != nil:
-		w := o.w
-		done := func(res eventstore.AppendResult, err error) {
-			root.Send(self, &committed{w: w, to: to, res: res, err: err})
-		}
-		if a, ok := s.h.store.(eventstore.AsyncAppender); ok {
-			a.AppendAsync(context.Background(), w.e.st.Scope, w.expected, w.enc, done)
-		} else {
-			go func() { done(s.h.runAppend(w)) }()
+		if !s.write(c, req, to, o.w) {
+			return false
 		}
 	case o.job != nil:
 		j := o.job

@@ -103,3 +103,29 @@ func TestReservationAcrossScopesSettlesOnce(t *testing.T) {
 	_, err = e.c.SettleSpend(ctx, &messages.SettleSpend{Header: mut("parent"), Token: forged, From: "child", FrameID: c, Spent: 500, Final: true})
 	require.ErrorIs(t, err, actors.ErrReservationInvalid)
 }
+
+// GetLedger of one frame: a live one and its descendants; a finished one
+// with what the scope keeps of it (nothing here: its record is GetFrame's);
+// a frame the scope never had is not found, as everywhere.
+func TestLedgerOfAFrame(t *testing.T) {
+	e := newEnv(t)
+	p := pushLimited(t, e.c, "s", "", 100, "")
+	done := pushLimited(t, e.c, "s", p, 0, "")
+	pop(t, e.c, "s", done)
+	for _, restarted := range []bool{false, true} {
+		if restarted {
+			e.restart()
+		}
+		r, err := e.c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: "s"}, FrameID: p})
+		require.NoError(t, err)
+		require.Len(t, r.Frames, 1)
+		assert.Equal(t, int64(100), r.Frames[0].Max)
+		r, err = e.c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: "s"}, FrameID: done})
+		require.NoError(t, err, "a finished frame (restarted: %v)", restarted)
+		assert.Empty(t, r.Frames)
+		_, err = e.c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: "s"}, FrameID: actors.NewID()})
+		require.ErrorIs(t, err, actors.ErrFrameNotFound)
+		_, err = e.c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: "elsewhere"}, FrameID: p})
+		require.ErrorIs(t, err, actors.ErrFrameNotFound, "a frame of another scope")
+	}
+}

@@ -689,7 +689,7 @@ func init() {
 			}),
 
 		messages.OpGetLedger: read(func(h *handler, st *frames.State, r *messages.GetLedger) messages.Reply {
-			id := ""
+			id, now := "", h.cfg.Clock().UnixNano()
 			if r.FrameID != "" {
 				var err error
 				if id, err = frames.ResolveFrame(st, r.FrameID); err == nil {
@@ -699,8 +699,17 @@ func init() {
 					return failure(r, toWire(err))
 				}
 			}
-			out := &messages.GetLedgerReply{Result: messages.Result{Version: st.Version}, Now: h.cfg.Clock().UnixNano(),
-				Frames: frames.Ledger(st, id, h.cfg.Clock().UnixNano())}
+			rows := frames.Ledger(st, id, now)
+			// A frame this scope never had (one of another scope too) is
+			// not found; a finished one answers with what the scope keeps
+			// of it (its record is GetFrame's).
+			if id != "" && len(rows) == 0 {
+				var fin *frames.FinishedError
+				if _, err := frames.LookupFrame(h.cfg.Frames, st, id); err != nil && !errors.As(err, &fin) {
+					return failure(r, toWire(err))
+				}
+			}
+			out := &messages.GetLedgerReply{Result: messages.Result{Version: st.Version}, Now: now, Frames: rows}
 			for _, b := range st.Bindings {
 				out.Bindings = append(out.Bindings, *b)
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -112,7 +113,10 @@ func TestHostileInputCatalogue(t *testing.T) {
 	_, err = c.PopFrame(ctx, &messages.PopFrame{Header: mut(s), FrameID: gone, Status: frames.StatusCancelled})
 	require.NoError(t, err)
 
-	e2 := newEnv(t, func(c *actors.Config) { c.TokenKey = []byte("another server's key, 32+ bytes!!") })
+	e2 := newEnv(t, func(c *actors.Config) {
+		c.TokenKey = []byte("another server's key, 32+ bytes!!")
+		c.LedgerKey = []byte("another server's ledger key, 32+ bytes")
+	})
 	var foreign string
 	{
 		r := push(t, e2.c, s, "", 1)
@@ -126,6 +130,54 @@ func TestHostileInputCatalogue(t *testing.T) {
 	tampered := bytes.Clone(raw)
 	tampered[len(tampered)-1] ^= 1 // expiry pushed by a nanosecond, signature kept
 	_, usedMAC, _ := strings.Cut(tok.Token, ".")
+
+	// The spend ledger: a frame with a spend max that spent and holds
+	// something, one without a max that holds something, a reservation for
+	// a root of another scope (bound there, live), one of another scope,
+	// and one signed by another server's ledger key.
+	const kid = "ledger-kid"
+	lp := pushLimited(t, c, s, "", 1000, "")
+	_, err = c.RecordUsage(ctx, &messages.RecordUsage{Header: mut(s), FrameID: lp, Cost: budget.Cost{SpendMicros: 10}})
+	require.NoError(t, err)
+	held, err := c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut(s), FrameID: lp, Estimate: spend(100)})
+	require.NoError(t, err)
+	unlimited := pushLimited(t, c, s, "", 0, "")
+	_, err = c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut(s), FrameID: unlimited, Estimate: spend(100)})
+	require.NoError(t, err)
+	crossRes, err := c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut(s), FrameID: lp, For: kid, Estimate: spend(200)})
+	require.NoError(t, err)
+	kidRoot := pushLimited(t, c, kid, "", 0, crossRes.Token)
+	boundRes, err := c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut(s), FrameID: lp, For: kid, Estimate: spend(200)})
+	require.NoError(t, err)
+	boundRoot := pushLimited(t, c, kid, "", 0, boundRes.Token)
+	_, err = c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: boundRes.Token, From: kid, FrameID: boundRoot, Spent: 5})
+	require.NoError(t, err, "a settlement so far: the reserving scope knows the root bound")
+	otherRes, err := c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("other-scope"), FrameID: pushLimited(t, c, "other-scope", "", 0, ""), Estimate: spend(10)})
+	require.NoError(t, err)
+	var foreignRes string
+	{
+		r := pushLimited(t, e2.c, s, "", 1000, "")
+		fr, err := e2.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut(s), FrameID: r, For: kid, Estimate: spend(100)})
+		require.NoError(t, err)
+		foreignRes = fr.Token
+	}
+	resPayload, resMAC, _ := strings.Cut(held.Token, ".")
+	macRaw, err := base64.RawURLEncoding.DecodeString(resMAC)
+	require.NoError(t, err)
+	macRaw[0] ^= 1
+	flipped := resPayload + "." + base64.RawURLEncoding.EncodeToString(macRaw)
+	settle := func(token string, spent, previous int64) error {
+		_, err := c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: token, From: kid, FrameID: kidRoot, Spent: spent, Previous: previous, Final: true})
+		return err
+	}
+	pushWith := func(scope, parent, token string) error {
+		_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut(scope), ParentID: parent, Goal: "g", Budget: budget.TokenBudget{Total: 1}, Reservation: token})
+		return err
+	}
+	reserve := func(frame string, est *int64, lease int64) error {
+		_, err := c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut(s), FrameID: frame, Estimate: est, LeaseMillis: lease})
+		return err
+	}
 
 	// A scope whose log is damaged on disk, in a store of its own.
 	ed := newEnv(t)
@@ -956,6 +1008,123 @@ func TestHostileInputCatalogue(t *testing.T) {
 			return err
 		}, actors.ErrInvalidArgument, nil},
 
+		// The spend ledger: tokens forged, foreign or misused; estimates,
+		// leases and settlements out of range; unknown reservations and
+		// bindings; a frame of another scope.
+		{"reservation token: a flipped signature byte", func() error { return pushWith(s, lp, flipped) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: truncated", func() error { return pushWith(s, lp, held.Token[:len(held.Token)-7]) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: no signature", func() error { return pushWith(s, lp, resPayload) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: garbage base64", func() error { return pushWith(s, lp, "!!not*base64.%%%") }, actors.ErrReservationInvalid, nil},
+		{"reservation token: empty, to settle", func() error { return settle("", 10, 0) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: a suspension token", func() error { return pushWith(s, lp, live.Token) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: signed by another server's ledger key", func() error { return pushWith(kid, "", foreignRes) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: another server's, to settle", func() error {
+			_, err := c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: foreignRes, From: kid, FrameID: kidRoot, Spent: 10, Final: true})
+			return err
+		}, actors.ErrReservationInvalid, nil},
+		{"reservation token: of another scope, for a child here", func() error { return pushWith(s, lp, otherRes.Token) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: of another scope, renewed here", func() error {
+			_, err := c.RenewReservation(ctx, &messages.RenewReservation{Header: mut(s), Token: otherRes.Token})
+			return err
+		}, actors.ErrReservationInvalid, nil},
+		{"reservation token: of another scope, settled here", func() error { return settle(otherRes.Token, 10, 0) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: for another scope, used for a child here", func() error { return pushWith(s, lp, crossRes.Token) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: for another scope, used in a third", func() error { return pushWith("other-scope", "", crossRes.Token) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: for a child here, used for a root", func() error { return pushWith(s, "", held.Token) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: for a child here, used with the wrong parent", func() error { return pushWith(s, root, held.Token) }, actors.ErrReservationInvalid, nil},
+		{"reservation token: already bound", func() error { return pushWith(kid, "", crossRes.Token) }, actors.ErrReservationBound, nil},
+		{"reservation token: its id and another's", func() error {
+			_, err := c.RenewReservation(ctx, &messages.RenewReservation{Header: mut(s), Token: held.Token, ReservationID: crossRes.ReservationID})
+			return err
+		}, actors.ErrReservationInvalid, nil},
+		{"negative spend estimate", func() error { return reserve(lp, spend(-1), 0) }, actors.ErrInvalidArgument, nil},
+		{"spend estimate of 0", func() error { return reserve(lp, spend(0), 0) }, actors.ErrInvalidArgument, nil},
+		{"spend estimate of MaxInt64 on a frame with a max", func() error { return reserve(lp, spend(math.MaxInt64), 0) }, actors.ErrSpendUnavailable, nil},
+		{"overflowing spend estimate on a frame that holds something", func() error {
+			return reserve(unlimited, spend(math.MaxInt64), 0)
+		}, actors.ErrInvalidArgument, nil},
+		{"spend estimate without one, under the deny policy", func() error { return reserve(lp, nil, 0) }, actors.ErrEstimateRequired, nil},
+		{"reserving on a frame of another scope", func() error {
+			return sameAsUnknown(t, otherRoot, func(id string) error { return reserve(id, spend(1), 0) })
+		}, actors.ErrFrameNotFound, nil},
+		{"reserving for an invalid scope", func() error {
+			_, err := c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut(s), FrameID: lp, For: "no spaces", Estimate: spend(1)})
+			return err
+		}, actors.ErrInvalidScope, nil},
+		{"negative lease", func() error { return reserve(lp, spend(1), -1) }, actors.ErrInvalidArgument, nil},
+		{"most negative lease", func() error { return reserve(lp, spend(1), math.MinInt64) }, actors.ErrInvalidArgument, nil},
+		{"negative lease on renewal", func() error {
+			_, err := c.RenewReservation(ctx, &messages.RenewReservation{Header: mut(s), ReservationID: held.ReservationID, LeaseMillis: -1})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"renewal naming no reservation", func() error {
+			_, err := c.RenewReservation(ctx, &messages.RenewReservation{Header: mut(s)})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"renewal of an unknown reservation", func() error {
+			_, err := c.RenewReservation(ctx, &messages.RenewReservation{Header: mut(s), ReservationID: actors.NewID()})
+			return err
+		}, actors.ErrReservationNotFound, nil},
+		{"release of an unknown reservation", func() error {
+			_, err := c.ReleaseReservation(ctx, &messages.ReleaseReservation{Header: mut(s), ReservationID: actors.NewID()})
+			return err
+		}, actors.ErrReservationNotFound, nil},
+		{"release of a reservation of another scope", func() error {
+			return sameAsUnknown(t, otherRes.ReservationID, func(id string) error {
+				_, err := c.ReleaseReservation(ctx, &messages.ReleaseReservation{Header: mut(s), ReservationID: id})
+				return err
+			})
+		}, actors.ErrReservationNotFound, nil},
+		{"renewal by id of a reservation of another scope", func() error {
+			return sameAsUnknown(t, otherRes.ReservationID, func(id string) error {
+				_, err := c.RenewReservation(ctx, &messages.RenewReservation{Header: mut(s), ReservationID: id})
+				return err
+			})
+		}, actors.ErrReservationNotFound, nil},
+		{"release of a reservation id with NUL", func() error {
+			_, err := c.ReleaseReservation(ctx, &messages.ReleaseReservation{Header: mut(s), ReservationID: "a\x00b"})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"settlement of negative spend", func() error { return settle(crossRes.Token, -1, 0) }, actors.ErrInvalidArgument, nil},
+		{"settlement with a negative previous", func() error { return settle(crossRes.Token, 10, -1) }, actors.ErrInvalidArgument, nil},
+		{"settlement with previous past spent", func() error { return settle(crossRes.Token, 10, 11) }, actors.ErrInvalidArgument, nil},
+		{"settlement whose charge overflows its frame's spend", func() error { return settle(crossRes.Token, math.MaxInt64, 0) }, actors.ErrInvalidArgument, nil},
+		{"settlement from a scope the reservation is not for", func() error {
+			_, err := c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: crossRes.Token, From: "other-scope", FrameID: kidRoot, Spent: 10, Final: true})
+			return err
+		}, actors.ErrReservationInvalid, nil},
+		{"settlement for a frame the reservation is not bound to", func() error {
+			_, err := c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: boundRes.Token, From: kid, FrameID: kidRoot, Spent: 10, Final: true})
+			return err
+		}, actors.ErrReservationBound, nil},
+		{"settlement of a reservation for a child here", func() error { return settle(held.Token, 10, 0) }, actors.ErrReservationInvalid, nil},
+		{"acknowledgement of an unknown binding", func() error {
+			_, err := c.AckSettlement(ctx, &messages.AckSettlement{Header: mut(kid), ReservationID: actors.NewID(), Through: 0})
+			return err
+		}, actors.ErrReservationNotFound, nil},
+		{"acknowledgement through more than was reported", func() error {
+			_, err := c.AckSettlement(ctx, &messages.AckSettlement{Header: mut(kid), ReservationID: crossRes.ReservationID, Through: 1})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"acknowledgement through a negative amount", func() error {
+			_, err := c.AckSettlement(ctx, &messages.AckSettlement{Header: mut(kid), ReservationID: crossRes.ReservationID, Through: -1})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"final acknowledgement of a live root's binding", func() error {
+			_, err := c.AckSettlement(ctx, &messages.AckSettlement{Header: mut(kid), ReservationID: crossRes.ReservationID, Final: true})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+		{"ledger of a frame of another scope", func() error {
+			return sameAsUnknown(t, otherRoot, func(id string) error {
+				_, err := c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: s}, FrameID: id})
+				return err
+			})
+		}, actors.ErrFrameNotFound, nil},
+		{"ledger of a frame id with NUL", func() error {
+			_, err := c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: s}, FrameID: lp + "\x00"})
+			return err
+		}, actors.ErrInvalidArgument, nil},
+
 		// The data file: a damaged scope, a truncated file, a held file.
 		{"a scope whose log is damaged: read", func() error {
 			_, err := ed.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "victim"}})
@@ -1058,6 +1227,29 @@ func TestHostileInputCatalogue(t *testing.T) {
 	t.Logf("hostile input catalogue: %d cases", len(cases))
 
 	// What the catalogue's refusals must not disturb.
+	// The ledger is as it was: lp spent 10 and was settled 5, and holds
+	// 100 here, 200 and 195 for the work in kid; that work still settles,
+	// once.
+	row := ledgerRow(t, c, s, lp)
+	assert.Equal(t, int64(15), row.Actual)
+	assert.Equal(t, int64(495), row.Outstanding)
+	_, err = c.RecordUsage(ctx, &messages.RecordUsage{Header: mut(kid), FrameID: kidRoot, Cost: budget.Cost{SpendMicros: 150}})
+	require.NoError(t, err)
+	pop(t, c, kid, kidRoot)
+	drain(t, e.srv)
+	b := binding(t, c, kid, crossRes.ReservationID)
+	assert.Equal(t, int64(150), b.Delivered)
+	assert.False(t, b.Pending())
+	row = ledgerRow(t, c, s, lp)
+	assert.Equal(t, int64(165), row.Actual)
+	assert.Equal(t, int64(295), row.Outstanding)
+	// An absurd lease is not refused but capped: 7 days, without overflow.
+	week, err := c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut(s), FrameID: lp, Estimate: spend(1), LeaseMillis: math.MaxInt64})
+	require.NoError(t, err)
+	assert.Equal(t, e.clock.Now().UnixNano()+frames.MaxReservationAge, week.ExpiresAt)
+	renewed, err := c.RenewReservation(ctx, &messages.RenewReservation{Header: mut(s), Token: held.Token, LeaseMillis: math.MaxInt64})
+	require.NoError(t, err)
+	assert.Equal(t, week.ExpiresAt, renewed.ExpiresAt, "a renewal too")
 	// A huge window is a window: pressure reads 0‰, without overflow.
 	w, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut(s), FrameID: vast, Role: "user", Priority: compaction.Low, Content: "more"})
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/messages"
 )
@@ -102,4 +103,136 @@ func TestReservationAcrossScopesSettlesOnce(t *testing.T) {
 	forged := res.Token[:len(res.Token)-2] + "AA"
 	_, err = e.c.SettleSpend(ctx, &messages.SettleSpend{Header: mut("parent"), Token: forged, From: "child", FrameID: c, Spent: 500, Final: true})
 	require.ErrorIs(t, err, actors.ErrReservationInvalid)
+}
+
+// GetLedger of one frame: a live one and its descendants; a finished one
+// with what the scope keeps of it (nothing here: its record is GetFrame's);
+// a frame the scope never had is not found, as everywhere.
+func TestLedgerOfAFrame(t *testing.T) {
+	e := newEnv(t)
+	p := pushLimited(t, e.c, "s", "", 100, "")
+	done := pushLimited(t, e.c, "s", p, 0, "")
+	pop(t, e.c, "s", done)
+	for _, restarted := range []bool{false, true} {
+		if restarted {
+			e.restart()
+		}
+		r, err := e.c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: "s"}, FrameID: p})
+		require.NoError(t, err)
+		require.Len(t, r.Frames, 1)
+		assert.Equal(t, int64(100), r.Frames[0].Max)
+		r, err = e.c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: "s"}, FrameID: done})
+		require.NoError(t, err, "a finished frame (restarted: %v)", restarted)
+		assert.Empty(t, r.Frames)
+		_, err = e.c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: "s"}, FrameID: actors.NewID()})
+		require.ErrorIs(t, err, actors.ErrFrameNotFound)
+		_, err = e.c.GetLedger(ctx, &messages.GetLedger{Header: messages.Header{Scope: "elsewhere"}, FrameID: p})
+		require.ErrorIs(t, err, actors.ErrFrameNotFound, "a frame of another scope")
+	}
+}
+
+// A reservation without an estimate gets what the server's policy says,
+// never a silent skip: deny refuses it (estimate_required, nothing
+// written); cap reserves the configured amount (refused, or granted in
+// part with Partial, when less is available); allow holds nothing and
+// gives the work what is available as its ceiling (none on a frame
+// without a max). With an estimate the policy does not apply.
+func TestReservationEstimatePolicy(t *testing.T) {
+	for _, policy := range []frames.EstimatePolicy{"", frames.EstimateDeny, frames.EstimateCap, frames.EstimateAllow} {
+		name := string(policy)
+		if name == "" {
+			name = "unset"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, func(c *actors.Config) {
+				c.Frames.Unestimated = policy
+				if policy == frames.EstimateCap {
+					c.Frames.UnestimatedCap = 250
+				}
+			})
+			p := pushLimited(t, e.c, "s", "", 1000, "")
+			withEst, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p, Estimate: spend(600)})
+			require.NoError(t, err)
+			assert.Equal(t, int64(600), withEst.Amount)
+			assert.Empty(t, withEst.Policy, "an estimate is granted as such")
+			unlimited := pushLimited(t, e.c, "s", "", 0, "")
+
+			before := e.version("s")
+			res, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p})
+			switch policy {
+			case "", frames.EstimateDeny:
+				require.ErrorIs(t, err, actors.ErrEstimateRequired)
+				assert.Equal(t, before, e.version("s"), "nothing written")
+				_, err = e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: unlimited})
+				require.ErrorIs(t, err, actors.ErrEstimateRequired, "a frame without a max too")
+				assert.Equal(t, int64(600), ledgerRow(t, e.c, "s", p).Outstanding)
+
+			case frames.EstimateCap:
+				require.NoError(t, err)
+				assert.Equal(t, frames.EstimateCap, res.Policy)
+				assert.Equal(t, int64(250), res.Amount)
+				assert.Equal(t, int64(250), res.Ceiling)
+				assert.Equal(t, int64(850), ledgerRow(t, e.c, "s", p).Outstanding, "the cap is held")
+				_, err = e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p})
+				require.ErrorIs(t, err, actors.ErrSpendUnavailable, "150 left, the cap is 250")
+				part, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p, Partial: true})
+				require.NoError(t, err)
+				assert.Equal(t, int64(150), part.Amount, "Partial: what is left")
+				free, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: unlimited})
+				require.NoError(t, err)
+				assert.Equal(t, int64(250), free.Amount, "the cap without a max too")
+				child := pushLimited(t, e.c, "s", p, 0, res.Token)
+				assert.Equal(t, int64(250), ledgerRow(t, e.c, "s", child).Max)
+
+			case frames.EstimateAllow:
+				require.NoError(t, err)
+				assert.Equal(t, frames.EstimateAllow, res.Policy)
+				assert.Zero(t, res.Amount, "nothing held")
+				assert.Equal(t, int64(400), res.Ceiling, "what is available is the work's ceiling")
+				assert.Equal(t, int64(600), ledgerRow(t, e.c, "s", p).Outstanding)
+				child := pushLimited(t, e.c, "s", p, 0, res.Token)
+				assert.Equal(t, int64(400), ledgerRow(t, e.c, "s", child).Max)
+				_, err = e.c.RecordUsage(ctx, &messages.RecordUsage{Header: mut("s"), FrameID: child, Cost: budget.Cost{SpendMicros: 300}})
+				require.NoError(t, err)
+				pop(t, e.c, "s", child)
+				row := ledgerRow(t, e.c, "s", p)
+				assert.Equal(t, int64(300), row.Actual, "charged when it settles")
+				assert.Equal(t, int64(600), row.Outstanding)
+				_, err = e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p, Estimate: spend(100)})
+				require.NoError(t, err)
+				_, err = e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p})
+				require.ErrorIs(t, err, actors.ErrSpendUnavailable, "nothing available: no ceiling to give")
+				free, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: unlimited})
+				require.NoError(t, err)
+				assert.Zero(t, free.Amount)
+				assert.Zero(t, free.Ceiling, "no max: no ceiling")
+				kid := pushLimited(t, e.c, "s", unlimited, 0, free.Token)
+				assert.Zero(t, ledgerRow(t, e.c, "s", kid).Max)
+			}
+			require.NoError(t, frames.CheckInvariants(mustLoad(t, e, "s")))
+		})
+	}
+}
+
+// The policy is checked when the server starts: cap needs a positive
+// amount, and an amount goes with cap alone.
+func TestReservationEstimatePolicyConfig(t *testing.T) {
+	for _, bad := range []frames.Config{
+		{Unestimated: frames.EstimateCap},
+		{Unestimated: frames.EstimateAllow, UnestimatedCap: 5},
+		{Unestimated: frames.EstimateDeny, UnestimatedCap: 5},
+		{Unestimated: frames.EstimateCap, UnestimatedCap: -1},
+		{Unestimated: "sometimes"},
+	} {
+		cfg := testConfig(newFakeClock())
+		cfg.Frames.Unestimated, cfg.Frames.UnestimatedCap = bad.Unestimated, bad.UnestimatedCap
+		sys := quietSystem()
+		srv, err := actors.Start(sys, eventstore.NewMemory(), cfg)
+		if assert.Error(t, err, "%+v", bad) {
+			assert.Contains(t, err.Error(), "unestimated spend policy")
+		} else {
+			srv.Stop()
+		}
+		sys.Shutdown()
+	}
 }

@@ -335,3 +335,75 @@ func TestOutboxLateChargeIsRoutedUpward(t *testing.T) {
 	assert.False(t, outboxRow(t, e, "mid"))
 	assert.False(t, outboxRow(t, e, "leaf"))
 }
+
+// Retention never removes an outbox entry before its delivery: the child
+// scope's bound root finished (its settlement held back); a pass that
+// keeps no finished run removes the run's records, or one that expires the
+// idle scope destroys it; after a restart the settlement is still found
+// (in the scope's state and the outbox table) and delivered: the parent is
+// charged once.
+func TestOutboxSurvivesRetention(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rc      actors.RetentionConfig
+		expired bool
+	}{
+		{"keep no finished run", actors.RetentionConfig{Policy: func(string) (frames.RetentionPolicy, string, bool) {
+			return frames.RetentionPolicy{KeepLastN: 0, OnCompletion: frames.CompletionDelete}, "", true
+		}}, false},
+		{"expire the idle scope", actors.RetentionConfig{Expiry: func(scope string) time.Duration {
+			if scope == "child" {
+				return time.Minute
+			}
+			return 0
+		}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, func(c *actors.Config) { c.RequestHorizon = time.Minute; c.ClockSkew = time.Second })
+			hit := make(chan struct{}, 1)
+			actors.SetOutboxHook(e.srv, func(string, string) bool {
+				select {
+				case hit <- struct{}{}:
+				default:
+				}
+				return true
+			})
+			p, ch, id := spawn(t, e.c, "parent", "child", 300, 65)
+			pop(t, e.c, "child", ch)
+			<-hit
+			other := pushLimited(t, e.c, "child", "", 0, "") // a later run, unbound
+			pop(t, e.c, "child", other)
+
+			e.clock.Advance(time.Hour) // past the request horizon (and the reservation's lease)
+			require.NoError(t, e.srv.StartRetention(tc.rc))
+			rep, err := e.srv.RunRetention(ctx)
+			require.NoError(t, err)
+			require.Empty(t, rep.Errors)
+			var sr *actors.ScopeRetention
+			for i := range rep.Scopes {
+				if rep.Scopes[i].Scope == "child" {
+					sr = &rep.Scopes[i]
+				}
+			}
+			require.NotNil(t, sr, "the pass ran over the child scope: %+v", rep.Scopes)
+			assert.Equal(t, tc.expired, sr.Expired, "%+v", *sr)
+			if !tc.expired {
+				assert.Equal(t, 2, sr.Runs, "both finished runs removed")
+			}
+			_, err = e.c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: "child"}, FrameID: ch})
+			require.ErrorIs(t, err, actors.ErrFrameNotFound, "the bound root's records are gone")
+			b := binding(t, e.c, "child", id)
+			assert.True(t, b.Pending(), "its binding is not")
+			assert.Equal(t, int64(65), b.Reported)
+			assert.True(t, outboxRow(t, e, "child"), "nor its outbox row")
+			assert.Zero(t, ledgerRow(t, e.c, "parent", p).Actual)
+
+			e.restart()
+			drain(t, e.srv)
+			assertDelivered(t, e.c, "parent", p, "child", id, 65)
+			assert.Equal(t, []int64{65}, settledCharges(t, e, "parent"), "charged once")
+			assert.False(t, outboxRow(t, e, "child"), "delivered: the row goes")
+			require.NoError(t, e.store.Verify(ctx, nil))
+		})
+	}
+}

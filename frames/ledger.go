@@ -647,6 +647,18 @@ func (d decider) settleSpend(c *SettleSpend) ([]Event, error) {
 		charged = c.Spent - r.Settled
 	}
 	to, routed := d.s.chargeTarget(r)
+	// A charge its target cannot hold is refused, as usage past int64 is
+	// (RecordUsage): the books never saturate on a caller's word.
+	if f := d.s.Frames[to]; f != nil && charged > 0 {
+		if _, err := budget.Add(f.Cost.SpendMicros, charged); err != nil {
+			return nil, fmt.Errorf("settlement of %q charges %q %d: %w", r.ID, f.ID, charged, err)
+		}
+	}
+	if b := d.s.Bindings[routed]; b != nil && charged > 0 {
+		if _, err := budget.Add(b.Reported, charged); err != nil {
+			return nil, fmt.Errorf("settlement of %q routes %d to binding %q: %w", r.ID, charged, b.Reservation, err)
+		}
+	}
 	e := &SpendSettled{Meta: d.ledgerMeta(r.Frame), ID: r.ID, Owner: r.Frame, From: c.From, Bound: c.FrameID, Spent: c.Spent,
 		Final: c.Final, Charged: charged, ChargedTo: to, Routed: routed, Claims: claims}
 	if claims != nil {

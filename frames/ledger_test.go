@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stateindex/stateindex/budget"
+	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/frames"
 )
 
@@ -647,6 +648,36 @@ func TestSameScopeReservationBinding(t *testing.T) {
 	assert.False(t, w.s.Reservations["x"].Returned, "one for another scope stays open: its work may still report")
 	final := evs[2].(*frames.FramePopped).Final
 	assert.Equal(t, int64(12), final.Cost.SpendMicros)
+	assert.Equal(t, w.s.Clone(), w.replay())
+}
+
+// A bound child that continues hands its reservation to the continuation,
+// whose pop settles it.
+func TestContinuedChildKeepsItsReservation(t *testing.T) {
+	w := newWorld(t)
+	w.must(&frames.PushFrame{Header: w.hdr(), FrameID: "r", Goal: "g", Budget: budget.TokenBudget{Total: 10_000},
+		Limits: budget.Limits{SpendMicros: 100}, ContextWindow: 1_000})
+	w.reserve("r", "res", "", 60)
+	w.pushWith("c", "r", w.claims("res"), 0)
+	w.spend("c", 20)
+	for i := 0; i < 8; i++ {
+		w.add("c", fmt.Sprintf("u%d", i), frames.RoleUser, compaction.Medium, 40)
+		w.add("c", fmt.Sprintf("a%d", i), frames.RoleAssistant, compaction.Medium, 40)
+	}
+	w.must(&frames.ContinueFrame{Header: w.hdr(), FrameID: "c", ResumeCeiling: 200, With: w.with("c2")})
+	c2 := w.s.Frame("c2")
+	require.NotNil(t, c2)
+	assert.Equal(t, "res", c2.Reservation)
+	assert.Equal(t, int64(60), c2.Limits.SpendMicros)
+	assert.Equal(t, "c2", w.s.Reservations["res"].Child)
+	w.refused(&frames.ReleaseReservation{Header: w.hdr(), ReservationID: "res"}, frames.ErrReservationBound)
+	w.spend("c2", 5)
+	w.popFrame("c2")
+	r := w.s.Reservations["res"]
+	assert.True(t, r.Returned && r.Final)
+	assert.Equal(t, int64(25), r.Settled)
+	assert.Equal(t, int64(25), w.s.Frame("r").Cost.SpendMicros)
+	assert.Zero(t, w.s.Frame("r").Outstanding)
 	assert.Equal(t, w.s.Clone(), w.replay())
 }
 

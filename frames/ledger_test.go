@@ -228,6 +228,59 @@ func TestReserveSpendGrantRule(t *testing.T) {
 	}
 }
 
+// What a frame's reservations hold is set aside: its own usage that takes
+// its actual spend and what its unexpired reservations hold past its max
+// suspends it (spend_exceeded), as usage past the max does. (Before, only
+// the actual spend was checked: a frame that reserved 80 of 100 could
+// spend 100 of its own unsuspended, and its child's 80 then took it to
+// 180.)
+func TestOwnUsageCountsWhatTheFrameReserved(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		reserve   int64
+		close     string // "expire" or "release" the reservation first
+		report    int64
+		suspended bool
+		current   int64
+	}{
+		{name: "within what the reservation leaves", reserve: 80, report: 20},
+		{name: "one past it", reserve: 80, report: 21, suspended: true, current: 101},
+		{name: "far past it, the max itself not crossed", reserve: 80, report: 100, suspended: true, current: 180},
+		{name: "past the max itself", reserve: 80, report: 120, suspended: true, current: 120},
+		{name: "an expired reservation is not counted", reserve: 80, close: "expire", report: 100},
+		{name: "a released reservation is not counted", reserve: 80, close: "release", report: 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.limitedRoot("r", 100)
+			w.reserve("r", "res", "", tc.reserve)
+			switch tc.close {
+			case "expire":
+				w.now += 2 * testLease
+			case "release":
+				w.must(&frames.ReleaseReservation{Header: w.hdr(), ReservationID: "res"})
+			}
+			c := &frames.RecordUsage{Header: w.hdr(), FrameID: "r", Cost: budget.Cost{SpendMicros: tc.report, Turns: 1}}
+			if tc.suspended {
+				w.refused(c, frames.ErrInvalidID) // no token minted: refused whole
+			}
+			c.Mint = w.mint()
+			evs := w.must(c)
+			f := w.s.Frame("r")
+			assert.Equal(t, tc.report, f.Cost.SpendMicros, "the usage itself is recorded")
+			if !tc.suspended {
+				assert.Len(t, evs, 1)
+				assert.Equal(t, frames.StatusActive, f.Status)
+				return
+			}
+			require.Equal(t, []string{frames.TypeUsageRecorded, frames.TypeFrameSuspended}, eventTypes(evs))
+			require.Equal(t, frames.StatusSuspended, f.Status)
+			assert.Equal(t, &budget.Violation{Code: budget.SpendExceeded, Current: tc.current, Max: 100}, f.Suspension.Limit)
+			assert.Equal(t, w.s.Clone(), w.replay())
+		})
+	}
+}
+
 // Concurrent grants are decided in order: two requests that each fit alone
 // do not both fit, and the second is refused with what the first left.
 func TestReservationsDecidedInOrder(t *testing.T) {

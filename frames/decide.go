@@ -598,7 +598,11 @@ func (d decider) usage(c *RecordUsage) ([]Event, error) {
 	}
 	evs := []Event{ev}
 	if f.Status != StatusSuspended {
-		if v := f.Limits.Check(cost); v != nil {
+		v := f.Limits.Check(cost)
+		if v == nil {
+			v = d.s.overCommitted(f, cost.SpendMicros, d.h.Now)
+		}
+		if v != nil {
 			e, err := d.limitSuspension(f, v, c.Mint, ReasonAssistantTurnCommitted)
 			if err != nil {
 				return nil, err

@@ -21,6 +21,10 @@ import (
 // grants already count it as returned), and a lease can be renewed
 // (spend.renewed) up to MaxReservationAge after the grant.
 //
+// What a frame's reservations hold is set aside: its own usage that takes
+// its actual spend and outstanding past its max suspends it
+// (spend_exceeded), as usage past the max itself does.
+//
 // The frame pushed with a reservation (PushFrame with its claims) has the
 // reservation's ceiling as its spend limit.
 //
@@ -353,6 +357,23 @@ func (s *State) Available(f *Frame, now int64) (avail int64, limited bool) {
 		return 0, true
 	}
 	return a - held, true
+}
+
+// overCommitted is the violation of f's spend limit by its own usage: what
+// its unexpired reservations hold is set aside for the work it delegates,
+// so spend (its actual spend with the usage being decided) past its max
+// less that suspends it (spend_exceeded, Current counting what its
+// reservations hold), as the grant rule refuses a reservation past it. nil
+// when it holds, or f has no spend limit.
+func (s *State) overCommitted(f *Frame, spend, now int64) *budget.Violation {
+	if f.Limits.SpendMicros == 0 {
+		return nil
+	}
+	c, _ := budget.AddSaturating(spend, f.Outstanding-s.expiredHeld(f.ID, now))
+	if c <= f.Limits.SpendMicros {
+		return nil
+	}
+	return &budget.Violation{Code: budget.SpendExceeded, Current: c, Max: f.Limits.SpendMicros}
 }
 
 // expiredHeld is what frame's expired, unreturned reservations hold.

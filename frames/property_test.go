@@ -2,6 +2,7 @@ package frames_test
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"testing"
@@ -33,22 +34,56 @@ func genCommand(t *rapid.T, s *frames.State, hdr frames.Header, n int) frames.Co
 		return frames.ContextHandle{ID: fmt.Sprintf("h%d%s", n, k), Kind: "text", Priority: compaction.Priority(rapid.IntRange(1, 5).Draw(t, "prio")),
 			Content: rapid.SampledFrom([]string{"c", "shared content", "other content"}).Draw(t, "content"), Tokens: amount("tokens")}
 	}
-	switch rapid.IntRange(0, 11).Draw(t, "op") {
+	rids := make([]string, 0, len(s.Reservations))
+	for id := range s.Reservations {
+		rids = append(rids, id)
+	}
+	sort.Strings(rids)
+	reservation := func() string {
+		if len(rids) == 0 || rapid.IntRange(0, 9).Draw(t, "freshrv") == 0 {
+			return fmt.Sprintf("rv%d", n)
+		}
+		return rapid.SampledFrom(rids).Draw(t, "reservation")
+	}
+	// claims of a reservation here, or of scope "up" for this one (a
+	// root bound to it), sometimes tampered with.
+	claims := func() *frames.ReservationClaims {
+		var cl frames.ReservationClaims
+		if r := s.Reservations[reservation()]; r != nil && rapid.Bool().Draw(t, "ownclaims") {
+			cl = frames.ClaimsOf(s.Scope, r)
+		} else {
+			cl = frames.ReservationClaims{Scope: "up", Frame: "u", ID: fmt.Sprintf("up%d", n), For: s.Scope,
+				Amount: amount("upamount"), ExpiresAt: hdr.Now + rapid.Int64Range(-10, 100).Draw(t, "upttl")}
+			cl.Ceiling = cl.Amount
+		}
+		if rapid.IntRange(0, 9).Draw(t, "tamper") == 0 {
+			cl.For = "elsewhere"
+		}
+		return &cl
+	}
+	switch rapid.IntRange(0, 16).Draw(t, "op") {
 	case 0, 1:
 		parent := ""
 		if rapid.Bool().Draw(t, "child") {
 			parent = frame()
 		}
+		var cl *frames.ReservationClaims
+		if rapid.IntRange(0, 3).Draw(t, "withreservation") == 0 {
+			cl = claims()
+		}
 		return &frames.PushFrame{Header: hdr, FrameID: fmt.Sprintf("f%d", n), ParentID: parent, Goal: "g",
 			Budget: budget.TokenBudget{Total: amount("total"), MaxSubframeDepth: rapid.Int64Range(0, 4).Draw(t, "maxdepth")},
-			Limits: budget.Limits{Tokens: rapid.Int64Range(0, 2000).Draw(t, "toklimit"), Spawns: rapid.Int64Range(0, 3).Draw(t, "spawnlimit")}}
+			Limits: budget.Limits{Tokens: rapid.Int64Range(0, 2000).Draw(t, "toklimit"), Spawns: rapid.Int64Range(0, 3).Draw(t, "spawnlimit"),
+				SpendMicros: rapid.SampledFrom([]int64{0, 0, 50, 300}).Draw(t, "spendlimit")},
+			Reservation: cl, ReservationToken: "tk"}
 	case 2:
 		st := rapid.SampledFrom([]frames.Status{frames.StatusCompleted, frames.StatusFailed, frames.StatusCancelled, frames.StatusActive}).Draw(t, "status")
 		return &frames.PopFrame{Header: hdr, FrameID: frame(), Status: st, Cascade: rapid.Bool().Draw(t, "cascade"), Mint: mint}
 	case 3:
 		return &frames.AddContextHandle{Header: hdr, FrameID: frame(), Handle: handle("")}
 	case 4:
-		return &frames.RecordUsage{Header: hdr, FrameID: frame(), Cost: budget.Cost{InputTokens: amount("in"), OutputTokens: amount("out"), Turns: rapid.Int64Range(0, 2).Draw(t, "turns")}, Mint: mint}
+		return &frames.RecordUsage{Header: hdr, FrameID: frame(), Cost: budget.Cost{InputTokens: amount("in"), OutputTokens: amount("out"),
+			Turns: rapid.Int64Range(0, 2).Draw(t, "turns"), SpendMicros: rapid.SampledFrom([]int64{0, 0, 5, 40, 200}).Draw(t, "spend")}, Mint: mint}
 	case 5:
 		return &frames.UpdateFrame{Header: hdr, FrameID: frame(), ReserveDelta: rapid.Int64Range(-100, 100).Draw(t, "reserve")}
 	case 6:
@@ -82,12 +117,47 @@ func genCommand(t *rapid.T, s *frames.State, hdr frames.Header, n int) frames.Co
 			sum = &h
 		}
 		return &frames.CompactContext{Header: hdr, FrameID: f, Removed: removed, Summary: sum, Strategy: "test"}
+	case 12, 13:
+		rid := fmt.Sprintf("rv%d", n)
+		if rapid.IntRange(0, 9).Draw(t, "reuse") == 0 {
+			rid = reservation()
+		}
+		est, lease := rapid.Int64Range(1, 300).Draw(t, "estimate"), rapid.Int64Range(1, 200).Draw(t, "lease")
+		if rapid.IntRange(0, 9).Draw(t, "hostile") == 0 {
+			est = rapid.SampledFrom([]int64{-1, 0, math.MaxInt64}).Draw(t, "badestimate")
+			lease = rapid.SampledFrom([]int64{-5, 0, frames.MaxReservationAge + 1}).Draw(t, "badlease")
+		}
+		return &frames.ReserveSpend{Header: hdr, FrameID: frame(), For: rapid.SampledFrom([]string{"", "", "prop", "other"}).Draw(t, "for"),
+			Estimate: est, HasEstimate: rapid.IntRange(0, 4).Draw(t, "hasestimate") > 0,
+			Partial: rapid.Bool().Draw(t, "partial"), ReservationID: rid, ExpiresAt: hdr.Now + lease}
+	case 14:
+		if rapid.Bool().Draw(t, "renew") {
+			return &frames.RenewReservation{Header: hdr, ReservationID: reservation(), ExpiresAt: hdr.Now + rapid.Int64Range(-5, 300).Draw(t, "lease")}
+		}
+		return &frames.ReleaseReservation{Header: hdr, ReservationID: reservation()}
+	case 15:
+		cl := claims()
+		cl.Scope, cl.For = s.Scope, "other"
+		if r := s.Reservations[cl.ID]; r != nil {
+			cl.For, cl.Frame = r.For, r.Frame
+		}
+		spent := rapid.Int64Range(-1, 400).Draw(t, "spent")
+		return &frames.SettleSpend{Header: hdr, Claims: *cl, From: cl.For, FrameID: fmt.Sprintf("w%d", rapid.IntRange(0, 2).Draw(t, "work")),
+			Spent: spent, Previous: rapid.Int64Range(0, max(spent, 0)).Draw(t, "previous"), Final: rapid.Bool().Draw(t, "final"), Mint: mint}
+	case 16:
+		id := reservation()
+		var through int64
+		if b := s.Bindings[id]; b != nil {
+			through = rapid.Int64Range(0, b.Reported).Draw(t, "through")
+		}
+		return &frames.AckSettlement{Header: hdr, ReservationID: id, Through: through, Final: rapid.Bool().Draw(t, "ackfinal")}
 	default:
 		return &frames.AddResult{Header: hdr, FrameID: frame(), Result: frames.ResultRef{ID: fmt.Sprintf("r%d", n), Kind: "file", Ref: "/tmp/x"}}
 	}
 }
 
-// Random command sequences: every accepted command's events apply cleanly,
+// Random command sequences (the spend ledger's operations among them):
+// every accepted command's events apply cleanly,
 // every invariant holds after every event, rejected commands change nothing,
 // and replaying the log yields the same state.
 func TestPropertyDecideApplyReplay(t *testing.T) {

@@ -10,7 +10,9 @@
 // code and checks that every scope serves, that every recorded request id
 // still answers with its original reply and appends nothing, that fresh
 // requests work, that a suspension token never used still resumes its
-// frame once, and that stateindex verify passes on the file.
+// frame once, that the spend ledger works on an old scope's frame (a
+// reservation for a child here and one for another scope, settled through
+// the outbox), and that stateindex verify passes on the file.
 //
 // testdata/v2 is a data directory as a crash leaves it with the journal:
 // bbolt plus a journal segment holding acknowledged records bbolt lacks;

@@ -32,7 +32,7 @@ type spawned struct {
 func heldBy(s *frames.State, frame string, now int64) int64 {
 	var n int64
 	for _, r := range s.Reservations {
-		if r.Frame == frame && !r.Expired(now) {
+		if r.Frame == frame && !r.Expired(s.Scope, now) {
 			n += r.Held()
 		}
 	}

@@ -143,9 +143,10 @@ func TestLeaseRenewal(t *testing.T) {
 	assert.Equal(t, int64(3), reservationIn(t, e.c, "s", res.ReservationID).Renewals, "three renewals; the refused ones wrote nothing")
 }
 
-// Spend that arrives after its reservation expired is still charged: a
-// child here that goes on past the expiry, and a root in another scope
-// that finishes after it, are charged to the parent once each.
+// A lease ends what the scope cannot see: the reservation of a root in
+// another scope expires, and spend that root reports after that is still
+// charged, once. A reservation bound to a live child here never expires:
+// the child may still spend what it holds, and its pop settles it.
 func TestLeaseExpiredUsageIsStillCharged(t *testing.T) {
 	e := newEnv(t)
 	p := pushLimited(t, e.c, "s", "", 1000, "")
@@ -159,17 +160,19 @@ func TestLeaseExpiredUsageIsStillCharged(t *testing.T) {
 	require.NoError(t, err)
 
 	e.clock.Advance(2 * time.Minute)
-	assert.Zero(t, ledgerRow(t, e.c, "s", p).Outstanding, "both leases ran out")
-	next, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p, Estimate: spend(1000)})
-	require.NoError(t, err, "what they held is available again")
-	assert.ElementsMatch(t, []string{here.ReservationID, there.ReservationID}, next.Returned)
+	assert.Equal(t, int64(300), ledgerRow(t, e.c, "s", p).Outstanding, "the other scope's lease ran out; the live child's reservation holds on")
+	_, err = e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p, Estimate: spend(701)})
+	require.ErrorIs(t, err, actors.ErrSpendUnavailable, "what the child here may spend is not granted again")
+	next, err := e.c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("s"), FrameID: p, Estimate: spend(700)})
+	require.NoError(t, err, "what the other scope's reservation held is available again")
+	assert.Equal(t, []string{there.ReservationID}, next.Returned)
 	_, err = e.c.ReleaseReservation(ctx, &messages.ReleaseReservation{Header: mut("s"), ReservationID: next.ReservationID})
 	require.NoError(t, err)
 
 	// The work goes on: its spend is recorded and charged.
 	u, err := e.c.RecordUsage(ctx, &messages.RecordUsage{Header: mut("s"), FrameID: child, Cost: budget.Cost{SpendMicros: 250}})
 	require.NoError(t, err)
-	assert.Nil(t, u.Suspension, "its ceiling is still 300")
+	assert.Nil(t, u.Suspension, "its ceiling is 300")
 	_, err = e.c.RecordUsage(ctx, &messages.RecordUsage{Header: mut("kid"), FrameID: root, Cost: budget.Cost{SpendMicros: 70}})
 	require.NoError(t, err)
 	pop(t, e.c, "s", child)
@@ -177,7 +180,7 @@ func TestLeaseExpiredUsageIsStillCharged(t *testing.T) {
 	pop(t, e.c, "kid", root)
 	drain(t, e.srv)
 	row := ledgerRow(t, e.c, "s", p)
-	assert.Equal(t, int64(370), row.Actual, "both charged after their leases ran out")
+	assert.Equal(t, int64(370), row.Actual, "both charged, the other scope's after its lease ran out")
 	assert.Zero(t, row.Outstanding)
 	assert.Equal(t, []int64{120}, settledCharges(t, e, "s"), "the root's spend charged once")
 	b := binding(t, e.c, "kid", there.ReservationID)

@@ -143,9 +143,16 @@ func (r *Reservation) Held() int64 {
 	return r.Amount - r.Settled
 }
 
-// Expired reports whether the lease ran out by now and the reservation has
-// not been returned yet.
-func (r *Reservation) Expired(now int64) bool { return !r.Returned && now > r.ExpiresAt }
+// Expired reports whether the lease ran out by now and the reservation,
+// of scope, has not been returned yet. A reservation bound to a child in
+// its own scope never expires: that child's pop settles it (a destroy
+// returns it), so its hold cannot leak, and while the child runs what it
+// holds is what the child may still spend — returning it would let the
+// owner grant that spend twice. Leases bound what work the scope cannot
+// see may hold: work not started yet, and work in another scope.
+func (r *Reservation) Expired(scope string, now int64) bool {
+	return !r.Returned && now > r.ExpiresAt && (r.Child == "" || r.For != scope)
+}
 
 // Binding is a root frame of this scope bound to a reservation of another
 // scope: the outbox entry that settles it.
@@ -380,7 +387,7 @@ func (s *State) overCommitted(f *Frame, spend, now int64) *budget.Violation {
 func (s *State) expiredHeld(frame string, now int64) int64 {
 	var n int64
 	for _, r := range s.Reservations {
-		if r.Frame == frame && r.Expired(now) {
+		if r.Frame == frame && r.Expired(s.Scope, now) {
 			n += r.Held()
 		}
 	}
@@ -391,7 +398,7 @@ func (s *State) expiredHeld(frame string, now int64) int64 {
 func (s *State) expiredOf(frame string, now int64) []string {
 	var ids []string
 	for _, r := range s.Reservations {
-		if r.Frame == frame && r.Expired(now) {
+		if r.Frame == frame && r.Expired(s.Scope, now) {
 			ids = append(ids, r.ID)
 		}
 	}
@@ -546,7 +553,7 @@ func (d decider) renewReservation(c *RenewReservation) ([]Event, error) {
 	switch {
 	case r.Returned:
 		return nil, fmt.Errorf("%w: %q was %s", ErrReservationClosed, r.ID, r.Why)
-	case r.Expired(d.h.Now):
+	case r.Expired(d.s.Scope, d.h.Now):
 		return nil, fmt.Errorf("%w: %q expired at %d", ErrReservationClosed, r.ID, r.ExpiresAt)
 	case c.ExpiresAt <= d.h.Now:
 		return nil, invalid("lease end %d is not after now %d", c.ExpiresAt, d.h.Now)
@@ -745,7 +752,7 @@ func (d decider) bind(c *PushFrame, cl *ReservationClaims, token string) (budget
 			return l, "", nil, fmt.Errorf("%w: reservation %q is bound to %q", ErrReservationBound, r.ID, r.Child)
 		case r.Returned:
 			return l, "", nil, fmt.Errorf("%w: %q was %s", ErrReservationClosed, r.ID, r.Why)
-		case r.Expired(d.h.Now):
+		case r.Expired(d.s.Scope, d.h.Now):
 			return l, "", nil, fmt.Errorf("%w: %q expired at %d", ErrReservationClosed, r.ID, r.ExpiresAt)
 		}
 		ceil(r.Ceiling)

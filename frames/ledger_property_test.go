@@ -18,7 +18,7 @@ import (
 func committed(s *frames.State, f *frames.Frame, now int64) int64 {
 	var held int64
 	for _, r := range s.Reservations {
-		if r.Frame == f.ID && !r.Expired(now) {
+		if r.Frame == f.ID && !r.Expired(s.Scope, now) {
 			held += r.Held()
 		}
 	}
@@ -45,17 +45,16 @@ func committed(s *frames.State, f *frames.Frame, now int64) int64 {
 //     at most what C spent past what the reservation held, and that must
 //     be at most excess(C), C's own allowance (C's limit is at most the
 //     reservation's amount): C's one crossing report, and its children's;
-//   - the pop of a child whose reservation's lease had run out while it
-//     was live (a late charge: "spend reported for it later is still
-//     charged"), by at most what it spent (at most its ceiling plus its
-//     own excess).
+//
+// A reservation bound to a live child here never runs out (its lease ends
+// nothing: the pop settles it), so no late charge of an expired lease can
+// take F past its max.
 //
 // Nothing else may take a frame past M + excess: a grant never does (after
 // a granted ReserveSpend, actual + outstanding ≤ M), nor a renewal, a
 // release, a push, or time passing. Together: a frame's actual spend stays
 // within its max plus at most one usage report per frame under it that
-// crossed (its own, and each child's, recursively), plus late charges of
-// leases that ran out under live children. That is the promise "actual ≤
+// crossed (its own, and each child's, recursively). That is the promise "actual ≤
 // max plus at most one report per child": a report is accepted whole (the
 // money is spent), the one that crosses stops its frame, and a child's
 // settlement past its reservation is that child's crossing report.
@@ -96,10 +95,8 @@ func (l *ledgerSafety) check(t *rapid.T, before, after *frames.State, now1 int64
 			}
 			continue
 		}
-		if r.Expired(now1) || r.Returned {
-			permitted[c.ParentID] += spent
-			l.seen["late charge"]++
-			continue
+		if r.Expired(before.Scope, now1) || r.Returned {
+			t.Fatalf("reservation %q of %q ran out while its child %q was live", r.ID, c.ParentID, c.ID)
 		}
 		over := max(0, spent-r.Held())
 		if allowed := l.excess[c.ID] + permitted[c.ID]; over > allowed {

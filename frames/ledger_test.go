@@ -350,8 +350,8 @@ func TestReservationLeaseExpires(t *testing.T) {
 	assert.Equal(t, int64(10), a, "at its lease's end a reservation still holds")
 	a, _ = w.s.Available(f, r1.ExpiresAt+1)
 	assert.Equal(t, int64(70), a, "one past it, it no longer counts")
-	assert.False(t, r1.Expired(r1.ExpiresAt))
-	assert.True(t, r1.Expired(r1.ExpiresAt+1))
+	assert.False(t, r1.Expired("s", r1.ExpiresAt))
+	assert.True(t, r1.Expired("s", r1.ExpiresAt+1))
 
 	w.now = r1.ExpiresAt - 10 // the next request is at r1's lease end
 	w.refused(w.reserveCmd("r", "r3", 11), frames.ErrSpendUnavailable)
@@ -394,6 +394,32 @@ func TestReservationLeaseExpires(t *testing.T) {
 	assert.Equal(t, []string{"r2", "r3"}, ret.IDs)
 	assert.Equal(t, int64(100), ret.Returned)
 	assert.Equal(t, int64(100), f.Outstanding, "r4 alone")
+	assert.Equal(t, w.s.Clone(), w.replay())
+}
+
+// A reservation bound to a live child here has no lease to run out: it
+// holds what the child may still spend until the child's pop settles it,
+// however late; the owner never grants that spend again meanwhile.
+func TestBoundReservationHereNeverExpires(t *testing.T) {
+	w := newWorld(t)
+	w.limitedRoot("r", 100)
+	r1 := w.reserve("r", "r1", "", 60)
+	w.pushWith("c", "r", w.claims("r1"), 0)
+	w.now = r1.ExpiresAt + 10*testLease
+	assert.False(t, r1.Expired(w.s.Scope, w.now))
+	assert.Equal(t, int64(60), w.row("r").Outstanding)
+	assert.Equal(t, int64(40), w.available("r"))
+	w.refused(w.reserveCmd("r", "r2", 41), frames.ErrSpendUnavailable)
+	evs := w.must(w.reserveCmd("r", "r2", 40))
+	assert.Equal(t, []string{frames.TypeSpendReserved}, eventTypes(evs), "nothing returned")
+	w.must(&frames.RenewReservation{Header: w.hdr(), ReservationID: "r1", ExpiresAt: w.now + testLease})
+
+	w.spend("c", 55)
+	w.popFrame("c")
+	assert.True(t, r1.Returned)
+	assert.Equal(t, "settled", r1.Why)
+	assert.Equal(t, int64(55), w.s.Frame("r").Cost.SpendMicros)
+	assert.Equal(t, int64(40), w.row("r").Outstanding, "r2 alone")
 	assert.Equal(t, w.s.Clone(), w.replay())
 }
 
@@ -1201,7 +1227,7 @@ func TestPruneLedger(t *testing.T) {
 		assert.NotNil(t, w.s.Reservations["b"])
 		open := w.s.Reservations["open"]
 		require.NotNil(t, open, "an open reservation is kept past LedgerKeep (its lease ran out long ago)")
-		assert.True(t, open.Expired(w.now))
+		assert.True(t, open.Expired("s", w.now))
 
 		evs := w.must(w.reserveCmd("s", "c", 1))
 		require.Equal(t, []string{frames.TypeSpendReturned, frames.TypeSpendReserved}, eventTypes(evs))

@@ -238,7 +238,7 @@ func (r *ledgerReader) read(scope, frame string) (*scopeLedger, error) {
 			Finished: row.Finished, Max: row.Max, Reserved: row.Reserved, Reservation: row.Reservation, Outstanding: row.Outstanding,
 			Actual: row.Actual, Late: row.Late}
 		for i := range row.Reservations {
-			n.Reservations = append(n.Reservations, reservationOf(&row.Reservations[i], reply.Now))
+			n.Reservations = append(n.Reservations, reservationOf(&row.Reservations[i], scope, reply.Now))
 		}
 		if row.Finished {
 			var reported int64 // its spend, if it is the root of a binding here
@@ -254,7 +254,7 @@ func (r *ledgerReader) read(scope, frame string) (*scopeLedger, error) {
 				n.Reserved = b.Ceiling // a root bound to another scope's reservation
 			}
 			for i := range row.Reservations {
-				if rv := &row.Reservations[i]; !rv.Expired(reply.Now) {
+				if rv := &row.Reservations[i]; !rv.Expired(scope, reply.Now) {
 					n.Outstanding += rv.Held()
 				}
 			}
@@ -415,14 +415,14 @@ func (r *ledgerReader) scope(name string) (*scopeLedger, error) {
 	return sl, nil
 }
 
-// reservationOf is a reservation's line at now.
-func reservationOf(rv *frames.Reservation, now int64) *LedgerReservation {
+// reservationOf is a line for a reservation of scope at now.
+func reservationOf(rv *frames.Reservation, scope string, now int64) *LedgerReservation {
 	out := &LedgerReservation{ID: rv.ID, For: rv.For, Amount: rv.Amount, Ceiling: rv.Ceiling, Settled: rv.Settled, Late: rv.Late,
 		Policy: string(rv.Policy), LeaseEnds: time.Unix(0, rv.ExpiresAt).UTC(), Child: rv.Child}
 	switch {
 	case rv.Returned && rv.Why == "settled":
 		out.State = "settled"
-	case rv.Returned && rv.Why == "expired", rv.Expired(now):
+	case rv.Returned && rv.Why == "expired", rv.Expired(scope, now):
 		out.State = "expired"
 	case rv.Returned:
 		out.State, out.Why = "returned", rv.Why

@@ -660,6 +660,9 @@ func init() {
 		// charge routed to it): the outbox row is written first.
 		messages.OpSettleSpend: withPrepare(mutation(
 			func(h *handler, _ *frames.State, r *messages.SettleSpend, hdr frames.Header) (frames.Command, error) {
+				if err := h.settlementProof(r); err != nil {
+					return nil, err
+				}
 				cl, err := h.reservationClaims(r.Token)
 				if err != nil {
 					return nil, err
@@ -677,7 +680,10 @@ func init() {
 			}), (*handler).outboxPrepare),
 
 		messages.OpAckSettlement: mutation(
-			func(_ *handler, _ *frames.State, r *messages.AckSettlement, hdr frames.Header) (frames.Command, error) {
+			func(h *handler, _ *frames.State, r *messages.AckSettlement, hdr frames.Header) (frames.Command, error) {
+				if err := h.ackProof(r); err != nil {
+					return nil, err
+				}
 				return &frames.AckSettlement{Header: hdr, ReservationID: r.ReservationID, Through: r.Through, Final: r.Final}, nil
 			},
 			func(_ *handler, r *messages.AckSettlement, evs []frames.Event, res messages.Result) (messages.Reply, error) {

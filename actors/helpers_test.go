@@ -156,3 +156,15 @@ func mustLoad(t *testing.T, e *env, scope string) *frames.State {
 	require.NoError(t, err)
 	return st
 }
+
+// signedSettle and signedAck sign a settlement and its acknowledgement with
+// the tests' ledger key (the TokenKey), as the outbox signs its own.
+func signedSettle(r *messages.SettleSpend) *messages.SettleSpend {
+	actors.SignSettlement(testKey, r)
+	return r
+}
+
+func signedAck(r *messages.AckSettlement) *messages.AckSettlement {
+	actors.SignAck(testKey, r)
+	return r
+}

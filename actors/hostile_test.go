@@ -150,7 +150,7 @@ func TestHostileInputCatalogue(t *testing.T) {
 	boundRes, err := c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut(s), FrameID: lp, For: kid, Estimate: spend(200)})
 	require.NoError(t, err)
 	boundRoot := pushLimited(t, c, kid, "", 0, boundRes.Token)
-	_, err = c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: boundRes.Token, From: kid, FrameID: boundRoot, Spent: 5})
+	_, err = c.SettleSpend(ctx, signedSettle(&messages.SettleSpend{Header: mut(s), Token: boundRes.Token, From: kid, FrameID: boundRoot, Spent: 5}))
 	require.NoError(t, err, "a settlement so far: the reserving scope knows the root bound")
 	otherRes, err := c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("other-scope"), FrameID: pushLimited(t, c, "other-scope", "", 0, ""), Estimate: spend(10)})
 	require.NoError(t, err)
@@ -167,7 +167,7 @@ func TestHostileInputCatalogue(t *testing.T) {
 	macRaw[0] ^= 1
 	flipped := resPayload + "." + base64.RawURLEncoding.EncodeToString(macRaw)
 	settle := func(token string, spent, previous int64) error {
-		_, err := c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: token, From: kid, FrameID: kidRoot, Spent: spent, Previous: previous, Final: true})
+		_, err := c.SettleSpend(ctx, signedSettle(&messages.SettleSpend{Header: mut(s), Token: token, From: kid, FrameID: kidRoot, Spent: spent, Previous: previous, Final: true}))
 		return err
 	}
 	pushWith := func(scope, parent, token string) error {
@@ -1019,7 +1019,7 @@ func TestHostileInputCatalogue(t *testing.T) {
 		{"reservation token: a suspension token", func() error { return pushWith(s, lp, live.Token) }, actors.ErrReservationInvalid, nil},
 		{"reservation token: signed by another server's ledger key", func() error { return pushWith(kid, "", foreignRes) }, actors.ErrReservationInvalid, nil},
 		{"reservation token: another server's, to settle", func() error {
-			_, err := c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: foreignRes, From: kid, FrameID: kidRoot, Spent: 10, Final: true})
+			_, err := c.SettleSpend(ctx, signedSettle(&messages.SettleSpend{Header: mut(s), Token: foreignRes, From: kid, FrameID: kidRoot, Spent: 10, Final: true}))
 			return err
 		}, actors.ErrReservationInvalid, nil},
 		{"reservation token: of another scope, for a child here", func() error { return pushWith(s, lp, otherRes.Token) }, actors.ErrReservationInvalid, nil},
@@ -1090,28 +1090,60 @@ func TestHostileInputCatalogue(t *testing.T) {
 		{"settlement with previous past spent", func() error { return settle(crossRes.Token, 10, 11) }, actors.ErrInvalidArgument, nil},
 		{"settlement whose charge overflows its frame's spend", func() error { return settle(crossRes.Token, math.MaxInt64, 0) }, actors.ErrInvalidArgument, nil},
 		{"settlement from a scope the reservation is not for", func() error {
-			_, err := c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: crossRes.Token, From: "other-scope", FrameID: kidRoot, Spent: 10, Final: true})
+			_, err := c.SettleSpend(ctx, signedSettle(&messages.SettleSpend{Header: mut(s), Token: crossRes.Token, From: "other-scope", FrameID: kidRoot, Spent: 10, Final: true}))
 			return err
 		}, actors.ErrReservationInvalid, nil},
 		{"settlement for a frame the reservation is not bound to", func() error {
-			_, err := c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: boundRes.Token, From: kid, FrameID: kidRoot, Spent: 10, Final: true})
+			_, err := c.SettleSpend(ctx, signedSettle(&messages.SettleSpend{Header: mut(s), Token: boundRes.Token, From: kid, FrameID: kidRoot, Spent: 10, Final: true}))
 			return err
 		}, actors.ErrReservationBound, nil},
 		{"settlement of a reservation for a child here", func() error { return settle(held.Token, 10, 0) }, actors.ErrReservationInvalid, nil},
+		{"settlement by the work itself (no proof)", func() error {
+			_, err := c.SettleSpend(ctx, &messages.SettleSpend{Header: mut(s), Token: crossRes.Token, From: kid, FrameID: kidRoot, Spent: 1, Final: true})
+			return err
+		}, actors.ErrReservationInvalid, nil},
+		{"settlement whose proof is for another amount", func() error {
+			r := signedSettle(&messages.SettleSpend{Header: mut(s), Token: crossRes.Token, From: kid, FrameID: kidRoot, Spent: 1, Final: true})
+			r.Spent = 0
+			_, err := c.SettleSpend(ctx, r)
+			return err
+		}, actors.ErrReservationInvalid, nil},
+		{"settlement whose proof is for another frame", func() error {
+			r := signedSettle(&messages.SettleSpend{Header: mut(s), Token: crossRes.Token, From: kid, FrameID: otherRoot, Spent: 10, Final: true})
+			r.FrameID = kidRoot
+			_, err := c.SettleSpend(ctx, r)
+			return err
+		}, actors.ErrReservationInvalid, nil},
+		{"settlement signed with another key", func() error {
+			r := &messages.SettleSpend{Header: mut(s), Token: crossRes.Token, From: kid, FrameID: kidRoot, Spent: 10, Final: true}
+			actors.SignSettlement([]byte("another-ledger-key-0123456789abcdef"), r)
+			_, err := c.SettleSpend(ctx, r)
+			return err
+		}, actors.ErrReservationInvalid, nil},
+		{"acknowledgement by the work itself (no proof)", func() error {
+			_, err := c.AckSettlement(ctx, &messages.AckSettlement{Header: mut(kid), ReservationID: crossRes.ReservationID, Through: 0})
+			return err
+		}, actors.ErrReservationInvalid, nil},
+		{"acknowledgement whose proof is for another binding", func() error {
+			r := signedAck(&messages.AckSettlement{Header: mut(kid), ReservationID: boundRes.ReservationID, Through: 0})
+			r.ReservationID = crossRes.ReservationID
+			_, err := c.AckSettlement(ctx, r)
+			return err
+		}, actors.ErrReservationInvalid, nil},
 		{"acknowledgement of an unknown binding", func() error {
-			_, err := c.AckSettlement(ctx, &messages.AckSettlement{Header: mut(kid), ReservationID: actors.NewID(), Through: 0})
+			_, err := c.AckSettlement(ctx, signedAck(&messages.AckSettlement{Header: mut(kid), ReservationID: actors.NewID(), Through: 0}))
 			return err
 		}, actors.ErrReservationNotFound, nil},
 		{"acknowledgement through more than was reported", func() error {
-			_, err := c.AckSettlement(ctx, &messages.AckSettlement{Header: mut(kid), ReservationID: crossRes.ReservationID, Through: 1})
+			_, err := c.AckSettlement(ctx, signedAck(&messages.AckSettlement{Header: mut(kid), ReservationID: crossRes.ReservationID, Through: 1}))
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"acknowledgement through a negative amount", func() error {
-			_, err := c.AckSettlement(ctx, &messages.AckSettlement{Header: mut(kid), ReservationID: crossRes.ReservationID, Through: -1})
+			_, err := c.AckSettlement(ctx, signedAck(&messages.AckSettlement{Header: mut(kid), ReservationID: crossRes.ReservationID, Through: -1}))
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"final acknowledgement of a live root's binding", func() error {
-			_, err := c.AckSettlement(ctx, &messages.AckSettlement{Header: mut(kid), ReservationID: crossRes.ReservationID, Final: true})
+			_, err := c.AckSettlement(ctx, signedAck(&messages.AckSettlement{Header: mut(kid), ReservationID: crossRes.ReservationID, Final: true}))
 			return err
 		}, actors.ErrInvalidArgument, nil},
 		{"ledger of a frame of another scope", func() error {

@@ -192,7 +192,7 @@ func TestLeaseExpiredUsageIsStillCharged(t *testing.T) {
 	assert.True(t, rv.Final)
 
 	// A repeat of the delivery charges nothing more.
-	_, err = e.c.SettleSpend(ctx, &messages.SettleSpend{Header: mut("s"), Token: there.Token, From: "kid", FrameID: root, Spent: 120, Final: true})
+	_, err = e.c.SettleSpend(ctx, signedSettle(&messages.SettleSpend{Header: mut("s"), Token: there.Token, From: "kid", FrameID: root, Spent: 120, Final: true}))
 	require.NoError(t, err)
 	assert.Equal(t, int64(370), ledgerRow(t, e.c, "s", p).Actual)
 	require.NoError(t, frames.CheckInvariants(mustLoad(t, e, "s")))

@@ -89,7 +89,7 @@ func TestReservationAcrossScopesSettlesOnce(t *testing.T) {
 	c := pushLimited(t, e.c, "child", "", 0, res.Token)
 	assert.Equal(t, int64(300), ledgerRow(t, e.c, "child", c).Max)
 	for i := 0; i < 3; i++ {
-		s, err := e.c.SettleSpend(ctx, &messages.SettleSpend{Header: mut("parent"), Token: res.Token, From: "child", FrameID: c, Spent: 120, Final: true})
+		s, err := e.c.SettleSpend(ctx, signedSettle(&messages.SettleSpend{Header: mut("parent"), Token: res.Token, From: "child", FrameID: c, Spent: 120, Final: true}))
 		require.NoError(t, err)
 		if i == 0 {
 			assert.Equal(t, int64(120), s.Charged)
@@ -101,7 +101,7 @@ func TestReservationAcrossScopesSettlesOnce(t *testing.T) {
 	assert.Equal(t, int64(120), row.Actual)
 	assert.Zero(t, row.Outstanding)
 	forged := res.Token[:len(res.Token)-2] + "AA"
-	_, err = e.c.SettleSpend(ctx, &messages.SettleSpend{Header: mut("parent"), Token: forged, From: "child", FrameID: c, Spent: 500, Final: true})
+	_, err = e.c.SettleSpend(ctx, signedSettle(&messages.SettleSpend{Header: mut("parent"), Token: forged, From: "child", FrameID: c, Spent: 500, Final: true}))
 	require.ErrorIs(t, err, actors.ErrReservationInvalid)
 }
 

@@ -77,6 +77,7 @@ type OutboxStats struct {
 // outbox is the server's outbox worker.
 type outbox struct {
 	log    *slog.Logger
+	key    []byte            // the ledger key: settlements are signed
 	tables eventstore.Tables // nil: no durable discovery (kicks only)
 	local  *Client           // the server's own shards (the sweep)
 	client *Client           // where settlements go (set by start)
@@ -122,7 +123,7 @@ type obResult struct {
 }
 
 func newOutbox(s *Server) *outbox {
-	o := &outbox{log: s.cfg.Logger, kicked: map[string]bool{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+	o := &outbox{log: s.cfg.Logger, key: s.cfg.LedgerKey, kicked: map[string]bool{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
 		entries: map[string]*obEntry{}, results: make(chan obResult, outboxConcurrency)}
 	if t, ok := s.store.(eventstore.Tables); ok {
 		o.tables = t
@@ -378,16 +379,20 @@ func (o *outbox) deliver(ctx context.Context, scope string) obResult {
 			if o.stopAt("settle", scope) {
 				return obResult{scope: scope, err: errors.New("stopped (test hook)"), slow: true}
 			}
-			_, err := o.client.SettleSpend(ctx, &messages.SettleSpend{Header: messages.Header{Scope: b.Scope, RequestID: settleRequestID("settle-", scope, &b)},
-				Token: b.Token, From: scope, FrameID: b.Root, Spent: b.Reported, Previous: b.Delivered, Final: b.Final})
+			settle := &messages.SettleSpend{Header: messages.Header{Scope: b.Scope, RequestID: settleRequestID("settle-", scope, &b)},
+				Token: b.Token, From: scope, FrameID: b.Root, Spent: b.Reported, Previous: b.Delivered, Final: b.Final}
+			SignSettlement(o.key, settle)
+			_, err := o.client.SettleSpend(ctx, settle)
 			if err != nil {
 				return o.failed(scope, "settling reservation "+b.Reservation+" in scope "+b.Scope, err)
 			}
 			if o.stopAt("ack", scope) {
 				return obResult{scope: scope, err: errors.New("stopped (test hook)"), slow: true}
 			}
-			_, err = o.client.AckSettlement(ctx, &messages.AckSettlement{Header: messages.Header{Scope: scope, RequestID: settleRequestID("settled-", scope, &b)},
-				ReservationID: b.Reservation, Through: b.Reported, Final: b.Final})
+			ack := &messages.AckSettlement{Header: messages.Header{Scope: scope, RequestID: settleRequestID("settled-", scope, &b)},
+				ReservationID: b.Reservation, Through: b.Reported, Final: b.Final}
+			SignAck(o.key, ack)
+			_, err = o.client.AckSettlement(ctx, ack)
 			if err != nil {
 				return o.failed(scope, "recording the delivery of reservation "+b.Reservation, err)
 			}

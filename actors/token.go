@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/messages"
 )
 
 // Suspension tokens are opaque to callers: base64url(payload) "." base64url(mac)
@@ -167,4 +168,51 @@ func parseReservation(key []byte, tok string) (frames.ReservationClaims, error) 
 		return c, errReservationMalformed
 	}
 	return c, nil
+}
+
+// Settlement proofs: SettleSpend and AckSettlement are the servers' own
+// requests (the outbox sends them), signed with the ledger key under their
+// own domains over every field that counts — the scope written to, the
+// reservation, the work's scope and root, the amounts, finality — so that
+// a holder of a reservation token can neither settle it first, for another
+// frame or amount, nor mark its own settlement delivered.
+
+var (
+	settlementDomain = []byte("stateindex/settlement/v1")
+	ackDomain        = []byte("stateindex/settlement-ack/v1")
+)
+
+func settlementPayload(r *messages.SettleSpend) []byte {
+	return proofPayload([]string{r.Scope, r.Token, r.From, r.FrameID}, []int64{r.Spent, r.Previous}, r.Final)
+}
+
+func ackPayload(r *messages.AckSettlement) []byte {
+	return proofPayload([]string{r.Scope, r.ReservationID}, []int64{r.Through}, r.Final)
+}
+
+func proofPayload(strs []string, nums []int64, final bool) []byte {
+	var p []byte
+	for _, s := range strs {
+		p = binary.AppendUvarint(p, uint64(len(s)))
+		p = append(p, s...)
+	}
+	for _, n := range nums {
+		p = binary.BigEndian.AppendUint64(p, uint64(n))
+	}
+	if final {
+		return append(p, 1)
+	}
+	return append(p, 0)
+}
+
+func signProof(key, domain, payload []byte) string {
+	return base64.RawURLEncoding.EncodeToString(macOf(key, domain, payload))
+}
+
+func validProof(key, domain, payload []byte, proof string) bool {
+	if len(proof) > maxTokenLen {
+		return false
+	}
+	mac, err := base64.RawURLEncoding.Strict().DecodeString(proof)
+	return err == nil && hmac.Equal(mac, macOf(key, domain, payload))
 }

@@ -83,8 +83,8 @@ type ReleaseReservationReply struct {
 // SettleSpend settles a reservation of this scope (Token) for the work of
 // root FrameID in scope From: Spent is what it spent so far (cumulative;
 // Final once it finished). The server sends it itself, from the work's
-// scope's outbox, with a deterministic request id; a repeat charges
-// nothing more. A charge that takes the reserving frame past its spend
+// scope's outbox, with a deterministic request id and its Proof; a repeat
+// charges nothing more. A charge that takes the reserving frame past its spend
 // limit suspends it (spend_exceeded).
 type SettleSpend struct {
 	Header  `msgpack:",inline"`
@@ -97,6 +97,11 @@ type SettleSpend struct {
 	// reservation does not charge again.
 	Previous int64 `msgpack:"pv,omitempty"`
 	Final    bool  `msgpack:"fi,omitempty"`
+	// Proof is the sending server's signature of the settlement, with the
+	// ledger key (actors.SignSettlement): holding a reservation token is
+	// not enough to settle it, so the work a token was given to cannot
+	// settle its own reservation first, for another frame or amount.
+	Proof string `msgpack:"pf,omitempty"`
 }
 
 // SettleSpendReply says what the settlement charged (0 for a repeat) and
@@ -120,6 +125,9 @@ type AckSettlement struct {
 	ReservationID string `msgpack:"id"`
 	Through       int64  `msgpack:"th"`
 	Final         bool   `msgpack:"fi,omitempty"`
+	// Proof is the sending server's signature (actors.SignAck): the work
+	// cannot mark its own settlement delivered, and so escape it.
+	Proof string `msgpack:"pf,omitempty"`
 }
 
 // AckSettlementReply confirms it.

@@ -61,12 +61,15 @@ func withLedgerServer(t *testing.T, dir string, outbox bool, fn func(srv *actors
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 	defer sys.Shutdown()
 	cfg := actors.DefaultConfig()
-	cfg.TokenKey, cfg.Logger, cfg.OutboxOff = bytes.Repeat([]byte{7}, 32), quiet, !outbox
+	cfg.TokenKey, cfg.Logger, cfg.OutboxOff = ledgerTestKey, quiet, !outbox
 	srv, err := actors.Start(sys, store, cfg)
 	require.NoError(t, err)
 	defer srv.Stop()
 	fn(srv, srv.Client(), context.Background())
 }
+
+// ledgerTestKey signs the test servers' tokens (and so their settlements).
+var ledgerTestKey = bytes.Repeat([]byte{7}, 32)
 
 // startSpawn pushes the spawn; finish pops the researcher's frames (child
 // $0.07, root $0.05 of its own), lets the server's outbox settle the
@@ -117,7 +120,9 @@ func startSpawnAck(t *testing.T, srv *actors.Server, c *actors.Client, ctx conte
 		b := l.Bindings[0]
 		require.True(t, b.Pending())
 		require.Equal(t, micros(0.12), b.Reported, "the researcher root's spend, its child's included")
-		_, err = c.SettleSpend(ctx, &messages.SettleSpend{Header: pl, Token: b.Token, From: "researcher", FrameID: b.Root, Spent: b.Reported, Final: true})
+		settle := &messages.SettleSpend{Header: pl, Token: b.Token, From: "researcher", FrameID: b.Root, Spent: b.Reported, Final: true}
+		actors.SignSettlement(ledgerTestKey, settle) // as the outbox would
+		_, err = c.SettleSpend(ctx, settle)
 		require.NoError(t, err)
 	}
 	spendOn(t, c, ctx, "planner", s.planner, 0.03)

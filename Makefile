@@ -87,7 +87,7 @@ crash:
 	$(GO) test -count=1 -timeout 90m -run '^TestCrash$$' ./internal/crashtest -crash.cycles=$(CRASH_CYCLES) -v
 
 FUZZ_TARGETS := eventstore:FuzzRecordEnvelope eventstore:FuzzStoredValues eventstore:FuzzDecodeDomain \
-	frames:FuzzApply actors:FuzzSuspensionToken actors:FuzzWireRequest
+	frames:FuzzApply actors:FuzzSuspensionToken actors:FuzzReservationToken actors:FuzzWireRequest
 
 ## fuzz: run every fuzz target for FUZZTIME (60s) each; a crasher lands in PKG/testdata/fuzz/TARGET and fails it.
 ## Go 1.26's fuzz coordinator can end a clean run with "context deadline exceeded" right at -fuzztime

@@ -640,7 +640,7 @@ func init() {
 				if err != nil {
 					return nil, err
 				}
-				cl := frames.ReservationClaims{Scope: e.Scope, Frame: e.Owner, ID: e.ID, For: e.For, Amount: e.Amount, Ceiling: e.Ceiling, ExpiresAt: e.ExpiresAt}
+				cl := frames.ReservationClaims{Scope: e.Scope, Frame: e.Owner, ID: e.ID, For: e.For, Path: e.Path, Amount: e.Amount, Ceiling: e.Ceiling, ExpiresAt: e.ExpiresAt}
 				return &messages.RenewReservationReply{Result: res, ReservationID: e.ID, ExpiresAt: e.ExpiresAt, Token: signReservation(h.cfg.LedgerKey, cl)}, nil
 			}),
 

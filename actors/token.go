@@ -99,16 +99,30 @@ func parseToken(key []byte, tok string) (tokenClaims, error) {
 // Reservation tokens (the spend ledger): the same form as suspension
 // tokens under their own domain, "stateindex/reservation/v1", so that one
 // can never pass for the other. The payload names the reserving scope and
-// frame, the reservation id, the scope the work is for, the amount held,
-// the ceiling and the lease's end. They are signed with Config.LedgerKey
+// frame, the reservation id, the scope the work is for, the reserving
+// frame's ancestors (where spend settled after it finished goes on to, even
+// once the scope has forgotten the reservation), the amount held, the
+// ceiling and the lease's end. They are signed with Config.LedgerKey
 // (the TokenKey when unset): a key every cluster member shares, since the
 // work's scope may live on another member than the reserving one.
 
 var reservationDomain = []byte("stateindex/reservation/v1")
 
+// maxReservationTokenLen bounds what is parsed of a reservation token: it
+// carries the owner's ancestors (at most MaxDepth of them).
+const maxReservationTokenLen = 8 << 10
+
+// maxTokenPath bounds the ancestors a reservation token names.
+const maxTokenPath = 256
+
 func signReservation(key []byte, c frames.ReservationClaims) string {
 	p := []byte{tokenVersion}
 	for _, s := range []string{c.Scope, c.Frame, c.ID, c.For} {
+		p = binary.AppendUvarint(p, uint64(len(s)))
+		p = append(p, s...)
+	}
+	p = binary.AppendUvarint(p, uint64(len(c.Path)))
+	for _, s := range c.Path {
 		p = binary.AppendUvarint(p, uint64(len(s)))
 		p = append(p, s...)
 	}
@@ -131,7 +145,7 @@ var errReservationMalformed = errors.New("malformed or forged reservation token"
 // parseReservation checks the signature before looking inside the payload.
 func parseReservation(key []byte, tok string) (frames.ReservationClaims, error) {
 	var c frames.ReservationClaims
-	if len(tok) > maxTokenLen || strings.ContainsAny(tok, "\r\n") {
+	if len(tok) > maxReservationTokenLen || strings.ContainsAny(tok, "\r\n") {
 		return c, errReservationMalformed
 	}
 	ps, ms, ok := strings.Cut(tok, ".")
@@ -148,14 +162,33 @@ func parseReservation(key []byte, tok string) (frames.ReservationClaims, error) 
 		return c, errReservationMalformed
 	}
 	p = p[1:]
-	var fields [4]string
-	for i := range fields {
+	str := func() (string, bool) {
 		n, k := binary.Uvarint(p)
 		if k <= 0 || n > uint64(len(p)-k) {
+			return "", false
+		}
+		s := string(p[k : k+int(n)])
+		p = p[k+int(n):]
+		return s, true
+	}
+	var fields [4]string
+	for i := range fields {
+		var ok bool
+		if fields[i], ok = str(); !ok {
 			return c, errReservationMalformed
 		}
-		fields[i] = string(p[k : k+int(n)])
-		p = p[k+int(n):]
+	}
+	n, k := binary.Uvarint(p)
+	if k <= 0 || n > maxTokenPath {
+		return c, errReservationMalformed
+	}
+	p = p[k:]
+	for range n {
+		s, ok := str()
+		if !ok {
+			return c, errReservationMalformed
+		}
+		c.Path = append(c.Path, s)
 	}
 	if len(p) != 24 {
 		return c, errReservationMalformed

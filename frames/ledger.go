@@ -188,7 +188,8 @@ type ReservationClaims struct {
 	Scope     string // the reserving scope
 	Frame     string // the reserving frame
 	ID        string
-	For       string // the scope the work is for
+	For       string   // the scope the work is for
+	Path      []string // the reserving frame's ancestors, root first
 	Amount    int64
 	Ceiling   int64
 	ExpiresAt int64
@@ -196,7 +197,8 @@ type ReservationClaims struct {
 
 // ClaimsOf returns the claims a token for r says.
 func ClaimsOf(scope string, r *Reservation) ReservationClaims {
-	return ReservationClaims{Scope: scope, Frame: r.Frame, ID: r.ID, For: r.For, Amount: r.Amount, Ceiling: r.Ceiling, ExpiresAt: r.ExpiresAt}
+	return ReservationClaims{Scope: scope, Frame: r.Frame, ID: r.ID, For: r.For, Path: append([]string(nil), r.Path...),
+		Amount: r.Amount, Ceiling: r.Ceiling, ExpiresAt: r.ExpiresAt}
 }
 
 // Ledger event type names.
@@ -230,11 +232,12 @@ type SpendRenewed struct {
 	ID        string `msgpack:"id"`
 	Owner     string `msgpack:"ow"` // the reserving frame
 	ExpiresAt int64  `msgpack:"x"`
-	// For, Amount and Ceiling repeat the reservation's, so that the
+	// For, Path, Amount and Ceiling repeat the reservation's, so that the
 	// renewed token is signed from the event alone.
-	For     string `msgpack:"for"`
-	Amount  int64  `msgpack:"a"`
-	Ceiling int64  `msgpack:"cl"`
+	For     string   `msgpack:"for"`
+	Path    []string `msgpack:"pt,omitempty"`
+	Amount  int64    `msgpack:"a"`
+	Ceiling int64    `msgpack:"cl"`
 }
 
 // SpendSettled: the work a reservation of this scope paid for, in scope
@@ -562,7 +565,8 @@ func (d decider) renewReservation(c *RenewReservation) ([]Event, error) {
 	if end <= r.ExpiresAt {
 		return nil, invalid("a reservation's lease ends at most %s after its grant: %q cannot be renewed past %d", span(MaxReservationAge), r.ID, r.ExpiresAt)
 	}
-	return []Event{&SpendRenewed{Meta: d.ledgerMeta(r.Frame), ID: r.ID, Owner: r.Frame, ExpiresAt: end, For: r.For, Amount: r.Amount, Ceiling: r.Ceiling}}, nil
+	return []Event{&SpendRenewed{Meta: d.ledgerMeta(r.Frame), ID: r.ID, Owner: r.Frame, ExpiresAt: end, For: r.For,
+		Path: append([]string(nil), r.Path...), Amount: r.Amount, Ceiling: r.Ceiling}}, nil
 }
 
 func (d decider) releaseReservation(c *ReleaseReservation) ([]Event, error) {
@@ -663,7 +667,7 @@ func (d decider) settleSpend(c *SettleSpend) ([]Event, error) {
 		// again, and the reservation is recorded anew.
 		cc := cl
 		claims = &cc
-		r = &Reservation{ID: cl.ID, Frame: cl.Frame, For: cl.For, Returned: true, Settled: c.Previous}
+		r = &Reservation{ID: cl.ID, Frame: cl.Frame, Path: cl.Path, For: cl.For, Returned: true, Settled: c.Previous}
 	} else if r.For != c.From || r.Frame != cl.Frame {
 		return nil, fmt.Errorf("%w: reservation %q is for scope %q", ErrReservationForeign, r.ID, r.For)
 	}
@@ -846,6 +850,7 @@ func applySpendSettled(s *State, e *SpendSettled) error {
 		r = &Reservation{ID: e.ID, Frame: e.Owner, For: e.From, Returned: true, Why: "settled", At: e.At, Settled: e.Previous}
 		if e.Claims != nil {
 			r.Amount, r.Ceiling, r.ExpiresAt = e.Claims.Amount, e.Claims.Ceiling, e.Claims.ExpiresAt
+			r.Path = append([]string(nil), e.Claims.Path...)
 		}
 		s.Reservations[e.ID] = r
 	}

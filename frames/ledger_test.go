@@ -1098,6 +1098,34 @@ func TestSettlementOfAForgottenReservation(t *testing.T) {
 	assert.Equal(t, p.s.Clone(), p.replay())
 }
 
+// A late charge for a reservation the scope forgot, whose reserving frame
+// finished, goes on to that frame's nearest live ancestor: the claims (the
+// token) name the ancestors, since the scope no longer does.
+func TestForgottenReservationOfAFinishedFrame(t *testing.T) {
+	p := newWorld(t)
+	p.limitedRoot("top", 1000)
+	p.must(&frames.PushFrame{Header: p.hdr(), FrameID: "mid", ParentID: "top", Goal: "mid", Budget: budget.TokenBudget{Total: 100}})
+	p.reserve("mid", "res", "other", 300)
+	cl := p.claims("res")
+	assert.Equal(t, []string{"top"}, cl.Path, "the token names the ancestors")
+	o := otherWorld(t, p, "other")
+	o.pushWith("work", "", cl, 0)
+	p.must(p.settle(cl, "other", "work", 100, 0, true))
+	p.popFrame("mid")
+	assert.Equal(t, int64(100), p.s.Frame("top").Cost.SpendMicros, "mid's spend rolled up at its pop")
+	p.now = p.s.Reservations["res"].At + frames.LedgerKeep
+	p.reserve("top", "tick", "", 1) // a ledger event prunes
+	require.Nil(t, p.s.Reservations["res"], "forgotten")
+
+	evs := p.must(p.settle(cl, "other", "work", 150, 100, true))
+	st := evs[0].(*frames.SpendSettled)
+	assert.Equal(t, int64(50), st.Charged)
+	assert.Equal(t, "top", st.ChargedTo, "mid finished: its nearest live ancestor")
+	assert.Equal(t, int64(150), p.s.Frame("top").Cost.SpendMicros)
+	assert.Equal(t, []string{"top"}, p.s.Reservations["res"].Path, "recorded anew with its ancestors")
+	assert.Equal(t, p.s.Clone(), p.replay())
+}
+
 // Hostile amounts and claims: each is a clear error, decides no events and
 // changes nothing.
 func TestLedgerRefusesHostileInput(t *testing.T) {

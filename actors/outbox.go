@@ -48,7 +48,11 @@ import (
 // itself: it is delivered after the scope's next commit.
 //
 // Deliveries run at most outboxConcurrency at once, from one scheduler
-// goroutine (no goroutine per scope). A failed delivery is retried with a
+// goroutine (a goroutine per delivery running, none per scope waiting).
+// The bound is high enough that the settlements of many children finishing
+// at once reach their parent together, where they share its appends (a
+// batch, batch.go): with 4, 64 spawners' settlements queued for seconds
+// behind one another (docs/BENCHMARKS.md, issue 14). A failed delivery is retried with a
 // backoff from outboxMinBackoff doubling to outboxMaxBackoff; one the
 // reserving scope refuses (reservation_invalid: members that do not share
 // Config.LedgerKey, or any refusal that will not pass by itself) is logged
@@ -56,7 +60,7 @@ import (
 
 const (
 	outboxTable       = "outbox"
-	outboxConcurrency = 4
+	outboxConcurrency = 64
 	outboxMinBackoff  = 100 * time.Millisecond
 	outboxMaxBackoff  = 30 * time.Second
 	// outboxRounds bounds the sweeps one delivery makes of its scope (a

@@ -90,8 +90,10 @@ const (
 )
 
 // KeepReturned is how many returned reservations a scope keeps for its
-// ledger (the most recent by grant; the log has every one): a scope's
-// state grows with its open reservations, not with its history.
+// ledger at least (the most recent by grant; the log has every one): past
+// KeepReturned + KeepReturned/4 the oldest are forgotten down to
+// KeepReturned (in one sort, not one per event). A scope's state grows
+// with its open reservations, not with its history.
 const KeepReturned = 1000
 
 // MaxOpenReservations bounds the reservations a scope holds open at once
@@ -361,7 +363,7 @@ func (s *State) Available(f *Frame, now int64) (avail int64, limited bool) {
 	if f.Limits.SpendMicros == 0 {
 		return 0, false
 	}
-	held := f.Outstanding - s.expiredHeld(f.ID, now)
+	held := f.Outstanding - s.expiredHeld(f, now)
 	a := f.Limits.SpendMicros - f.Cost.SpendMicros
 	if a < 0 || held >= a {
 		return 0, true
@@ -379,34 +381,35 @@ func (s *State) overCommitted(f *Frame, spend, now int64) *budget.Violation {
 	if f.Limits.SpendMicros == 0 {
 		return nil
 	}
-	c, _ := budget.AddSaturating(spend, f.Outstanding-s.expiredHeld(f.ID, now))
+	c, _ := budget.AddSaturating(spend, f.Outstanding-s.expiredHeld(f, now))
 	if c <= f.Limits.SpendMicros {
 		return nil
 	}
 	return &budget.Violation{Code: budget.SpendExceeded, Current: c, Max: f.Limits.SpendMicros}
 }
 
-// expiredHeld is what frame's expired, unreturned reservations hold.
-func (s *State) expiredHeld(frame string, now int64) int64 {
-	var n int64
-	for _, r := range s.Reservations {
-		if r.Frame == frame && r.Expired(s.Scope, now) {
-			n += r.Held()
-		}
-	}
-	return n
+// expiredHeld is what f's expired, unreturned reservations hold.
+func (s *State) expiredHeld(f *Frame, now int64) int64 {
+	_, held := s.expiredOf(f, now)
+	return held
 }
 
-// expiredOf lists frame's reservations whose lease ran out by now, sorted.
-func (s *State) expiredOf(frame string, now int64) []string {
-	var ids []string
+// expiredOf lists f's reservations whose lease ran out by now, sorted, and
+// what they hold. A frame that holds nothing has none (what an expired
+// reservation holds is part of Outstanding until it is returned): most
+// frames are answered without a look at the scope's reservations.
+func (s *State) expiredOf(f *Frame, now int64) (ids []string, held int64) {
+	if f == nil || f.Outstanding == 0 {
+		return nil, 0
+	}
 	for _, r := range s.Reservations {
-		if r.Frame == frame && r.Expired(s.Scope, now) {
+		if r.Frame == f.ID && r.Expired(s.Scope, now) {
 			ids = append(ids, r.ID)
+			held += r.Held()
 		}
 	}
 	sort.Strings(ids)
-	return ids
+	return ids, held
 }
 
 func (s *State) openReservations() int {
@@ -422,11 +425,11 @@ func (s *State) openReservations() int {
 // returnExpired is the spend.returned event of frame's expired reservations,
 // or nil.
 func (d decider) returnExpired(frame string) Event {
-	ids := d.s.expiredOf(frame, d.h.Now)
+	ids, held := d.s.expiredOf(d.s.Frames[frame], d.h.Now)
 	if len(ids) == 0 {
 		return nil
 	}
-	return &SpendReturned{Meta: d.meta(frame, ReasonUserMessage), IDs: ids, Why: "expired", Returned: d.s.expiredHeld(frame, d.h.Now)}
+	return &SpendReturned{Meta: d.meta(frame, ReasonUserMessage), IDs: ids, Why: "expired", Returned: held}
 }
 
 func (d decider) reserveSpend(c *ReserveSpend) ([]Event, error) {
@@ -508,7 +511,7 @@ func (d decider) reserveSpend(c *ReserveSpend) ([]Event, error) {
 
 func (d decider) unavailable(f *Frame, want, avail int64) error {
 	return &SpendUnavailableError{Frame: f.ID, Requested: want, Available: avail, Max: f.Limits.SpendMicros,
-		Actual: f.Cost.SpendMicros, Outstanding: f.Outstanding - d.s.expiredHeld(f.ID, d.h.Now)}
+		Actual: f.Cost.SpendMicros, Outstanding: f.Outstanding - d.s.expiredHeld(f, d.h.Now)}
 }
 
 // SpendUnavailableError: a reservation asked more than its frame has
@@ -992,8 +995,8 @@ func ledgerDestroyed(s *State) {
 }
 
 // pruneLedger forgets reservations that returned LedgerKeep after their
-// grant (no token for them can be valid any more) and past the newest
-// KeepReturned, and bindings delivered LedgerKeep after their grant. It
+// grant (no token for them can be valid any more) and, past KeepReturned
+// + KeepReturned/4, all but the newest KeepReturned, and bindings delivered LedgerKeep after their grant. It
 // depends on the events alone, so every fold prunes alike. Forgetting is
 // safe: a settlement for a forgotten reservation charges what its sender
 // knows was not acknowledged (Previous), and a repeat of the same delivery
@@ -1009,7 +1012,7 @@ func (s *State) pruneLedger(now int64) {
 			returned = append(returned, r)
 		}
 	}
-	if len(returned) > KeepReturned {
+	if len(returned) > KeepReturned+KeepReturned/4 {
 		sort.Slice(returned, func(i, j int) bool {
 			a, b := returned[i], returned[j]
 			return a.At < b.At || (a.At == b.At && a.ID < b.ID)
@@ -1121,7 +1124,7 @@ func Ledger(s *State, frame string, now int64) []LedgerRow {
 		}
 		seen[id] = true
 		row := LedgerRow{Frame: f.ID, Parent: f.ParentID, Goal: f.Goal, Status: f.Status, Max: f.Limits.SpendMicros,
-			Reservation: f.Reservation, Outstanding: f.Outstanding - s.expiredHeld(f.ID, now), Actual: f.Cost.SpendMicros,
+			Reservation: f.Reservation, Outstanding: f.Outstanding - s.expiredHeld(f, now), Actual: f.Cost.SpendMicros,
 			Reservations: owned[f.ID]}
 		if r := s.Reservations[f.Reservation]; r != nil && r.Child == f.ID {
 			row.Reserved = r.Ceiling

@@ -102,6 +102,9 @@ var newRequest = map[string]func() messages.MutatingRequest{
 	"CompactContext":   func() messages.MutatingRequest { return &messages.CompactContext{} },
 	"ContinueFrame":    func() messages.MutatingRequest { return &messages.ContinueFrame{} },
 	"ResumeChain":      func() messages.MutatingRequest { return &messages.ResumeChain{} },
+	// The spend ledger's workload (ledger.go).
+	"ReserveSpend":       func() messages.MutatingRequest { return &messages.ReserveSpend{} },
+	"ReleaseReservation": func() messages.MutatingRequest { return &messages.ReleaseReservation{} },
 }
 
 // opName is the name of a request's type.
@@ -332,6 +335,10 @@ func resultVersion(r messages.Reply) int64 {
 	case *messages.ContinueFrameReply:
 		return x.Version
 	case *messages.ResumeChainReply:
+		return x.Version
+	case *messages.ReserveSpendReply:
+		return x.Version
+	case *messages.ReleaseReservationReply:
 		return x.Version
 	}
 	return -1

@@ -192,6 +192,9 @@ type Stats struct {
 	// Sub is the durable subscriber's check (zero when the child ran
 	// none).
 	Sub SubStats
+	// Ledger is the spend ledger's check (zero when the child ran no
+	// ledger workload).
+	Ledger LedgerStats
 }
 
 func (s Stats) String() string {
@@ -226,7 +229,9 @@ type group struct {
 //     limit suspension, a usage with its suspension);
 //   - the state LoadState rebuilds (snapshot plus tail) equals a full
 //     replay, and ResumeActor's reply, and every frame GetFrame returns,
-//     equal that replay.
+//     equal that replay;
+//   - the spend ledger's settlements are neither lost nor doubled, before
+//     and after a server on the file delivers its outbox (checkLedger).
 //
 // The ResumeActor requests it sends are recorded in the side file like the
 // child's. cycle names them.
@@ -272,6 +277,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	live := map[string]*frames.State{}     // the live projection the server keeps
 	spans := map[string]map[string]eventstore.Span{}
 	subRef := map[uint64]SubRef{} // the events the subscription's filter matches, archived ones too
+	lf := newLedgerFold()         // the spend ledger's parent scope, event by event
 	var streams []string
 	if err := store.Streams(ctx, func(i eventstore.StreamInfo) error { streams = append(streams, i.Stream); return nil }); err != nil {
 		return st, err
@@ -350,6 +356,9 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			}
 			if err := frames.Apply(lstate, ev); err != nil {
 				return fmt.Errorf("stream %q version %d (live projection): %w", name, r.Version, err)
+			}
+			if name == LedgerParent {
+				lf.apply(state, ev, r.Version)
 			}
 			g.last = r.Version
 			g.events = append(g.events, ev)
@@ -463,6 +472,10 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	}
 	if err := checkResume(ctx, dir, store, streams, replayed, live, spans, &st, cycle); err != nil {
 		return st, err
+	}
+	// Last: it delivers the outbox the kill left, writing to the log.
+	if st.Ledger, err = checkLedger(ctx, store, side, replayed, lf); err != nil {
+		return st, fmt.Errorf("cycle %d: %w", cycle, err)
 	}
 	return st, nil
 }

@@ -198,8 +198,8 @@ func TestCrash(t *testing.T) {
 		} else if stage != "" {
 			aimed = fmt.Sprintf(" (waited 3 s for a retention pass's %q step in vain)", stage)
 		}
-		t.Logf("cycle %d%s: %s; %s; %s", cycle, aimed, jt.add(probe, probed, base, segs, st),
-			rt.add(t, cycle, early, stage, selfKilled, prev, st), st.Sub)
+		t.Logf("cycle %d%s: %s; %s; %s; spend ledger: %s", cycle, aimed, jt.add(probe, probed, base, segs, st),
+			rt.add(t, cycle, early, stage, selfKilled, prev, st), st.Sub, st.Ledger)
 		prev = st
 		base, err = crashtest.Segments(dir)
 		require.NoError(t, err)

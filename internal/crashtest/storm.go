@@ -7,7 +7,9 @@
 // with the same request id, before it goes on — as a real agent would.
 // The child also runs retention passes that remove finished runs to
 // archives (retention.go); the checker then finds those writes in the
-// archives (history.go).
+// archives (history.go). Beside the storm it runs a durable subscriber
+// (subscriber.go) and a spend-ledger workload whose cross-scope
+// settlements the checker proves neither lost nor doubled (ledger.go).
 //
 // A SIGKILL leaves the page cache intact, so this cannot catch a missing
 // fsync: the held-commit test in package actors (no reply leaves before the

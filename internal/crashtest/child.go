@@ -101,7 +101,8 @@ func ChildMain(dir string) int {
 	inc, _ := strconv.Atoi(os.Getenv(EnvIncarnation))
 	seed, _ := strconv.ParseUint(os.Getenv(EnvSeed), 10, 64)
 	err := runChild(context.Background(), dir, inc, seed, os.Stdout, -1,
-		childOptions{probe: true, retention: true, subscribe: true, ledger: true, killAt: os.Getenv(EnvRetentionKill)})
+		childOptions{probe: true, retention: true, subscribe: true, ledger: true, killAt: os.Getenv(EnvRetentionKill),
+			ledgerKillAt: os.Getenv(EnvLedgerKill)})
 	fmt.Fprintf(os.Stderr, "crash child: %v\n", err)
 	return 3
 }
@@ -125,10 +126,12 @@ func RunChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 // runs the durable subscriber (subscriber.go) beside the storm, from the
 // moment the server starts, and makes retention hold for it
 // (SubscriptionHold); ledger runs the spend-ledger workload (ledger.go)
-// beside the storm.
+// beside the storm, and ledgerKillAt (with retention) is the stage of a
+// settlement at which the child SIGKILLs itself once ready (LedgerStages;
+// "" for none).
 type childOptions struct {
 	probe, retention, subscribe, ledger bool
-	killAt                              string
+	killAt, ledgerKillAt                string
 }
 
 // runChild is RunChild with opts.
@@ -138,7 +141,7 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var ks *killStore
 	if opts.retention {
-		ks = &killStore{stage: opts.killAt, out: ready}
+		ks = &killStore{stage: opts.killAt, ledger: opts.ledgerKillAt, out: ready}
 		eventstore.SetRemovalBatches(RemoveBatch, func() { ks.kill(StageRemoving, ks.removing.Load()) })
 		defer eventstore.SetRemovalBatches(0, nil)
 	}
@@ -256,7 +259,7 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 		if err := retentionPass(ctx, srv); err != nil {
 			return err
 		}
-		ks.armed.Store(opts.killAt != "")
+		ks.armed.Store(opts.killAt != "" || opts.ledgerKillAt != "")
 		rctx, stop := context.WithCancel(ctx)
 		passes := make(chan struct{})
 		stopPasses = func() { stop(); <-passes }

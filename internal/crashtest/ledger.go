@@ -44,6 +44,50 @@ import (
 // reservations that no child scope bound (released: their work never
 // started).
 
+// EnvLedgerKill names the stage of a settlement (LedgerStages) at which
+// the child kills itself, once its storm is under way.
+const EnvLedgerKill = "STATEINDEX_CRASH_LEDGER_KILL"
+
+// The stages between a child root's finish and its parent's settlement at
+// which the child can kill itself (killStore: right after the commit,
+// before anything else happens — the reply, the outbox's next step).
+const (
+	// StageLedgerPopped: a child root's pop is committed, its binding
+	// pending; nothing is delivered (the commit has not even kicked the
+	// outbox: the next process finds the work through the outbox table).
+	StageLedgerPopped = "popped"
+	// StageLedgerSettled: the parent's spend.settled is committed; the
+	// SettleSpend is not answered, the child's AckSettlement not sent.
+	StageLedgerSettled = "settled"
+)
+
+// LedgerStages are the kill points of a settlement.
+var LedgerStages = []string{StageLedgerPopped, StageLedgerSettled}
+
+// ledgerKillLine starts the line the child prints before it kills itself
+// at a ledger stage: "ledger-kill STAGE SCOPE".
+const ledgerKillLine = "ledger-kill"
+
+// ledgerStage is the stage an append of events to stream reaches once it
+// is committed ("" for none).
+func ledgerStage(stream string, events []eventstore.Event) string {
+	want, stage := "", ""
+	switch {
+	case strings.HasPrefix(stream, LedgerChildPrefix):
+		want, stage = frames.TypeFramePopped, StageLedgerPopped // only roots bound to the parent live there
+	case stream == LedgerParent:
+		want, stage = frames.TypeSpendSettled, StageLedgerSettled
+	default:
+		return ""
+	}
+	for _, e := range events {
+		if e.Type == want {
+			return stage
+		}
+	}
+	return ""
+}
+
 // The ledger's scopes and sizes.
 const (
 	LedgerParent      = "crash-ledger-p"
@@ -316,8 +360,9 @@ type LedgerStats struct {
 	// they charged nothing.
 	Repeats int
 	// AckedPops are the acknowledged pops of child roots, each found
-	// settled; InFlightPops those the kills left unanswered (each either
-	// settled whole or not popped at all).
+	// settled; InFlightPops those the kill left unanswered (each either
+	// settled whole or not popped at all: so is one whose resend was
+	// refused as past the request horizon).
 	AckedPops, InFlightPops int
 	// At the kill, before the checker's server delivered the outbox:
 	// finished children whose settlement had not reached the parent
@@ -543,8 +588,8 @@ func checkLedger(ctx context.Context, store *eventstore.BoltStore, side *Side, r
 			fail(true, false, "LOST: the acknowledged pop %s of %q's root %s is not settled (binding: %+v)", id, r.Scope, frame, b)
 		case r.Acked:
 			st.AckedPops++
-		case r.Refused == "" || r.Refused == string(messages.CodeRequestExpired):
-			st.InFlightPops++ // settled whole (classify) or not popped
+		case r.Refused == "":
+			st.InFlightPops++ // unanswered at this kill: settled whole (classify) or not popped
 		}
 	}
 	st.Events, st.Peak = lf.events, lf.peak

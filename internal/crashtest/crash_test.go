@@ -561,7 +561,7 @@ func (lt ledgerTally) String(last crashtest.LedgerStats) string {
 		aimed = append(aimed, fmt.Sprintf("%s %d (%d missed)", s, lt.hits[s], lt.misses[s]))
 	}
 	return fmt.Sprintf("%d kills left settlements pending: %d children finished and undelivered, %d settled in the parent and unacknowledged, "+
-		"all %d delivered by the checker's server exactly once (aimed at a stage: %s); %d pops in flight at the kills, each settled whole or not popped; "+
+		"each delivered exactly once by the checker's server (%d deliveries; aimed at a stage: %s); %d pops in flight at the kills, each settled whole or not popped; "+
 		"after the last kill: %d children settled exactly once (%d acknowledged pops checked), lost %d, doubled %d; "+
 		"%d parent roots charged %d micros, the sum of their children's settlements; actual + outstanding within the max after each of %d parent events (peak %d of %d); "+
 		"%d reservations (%d never bound), %d settlements repeated charging nothing",

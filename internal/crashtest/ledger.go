@@ -505,7 +505,7 @@ func checkLedger(ctx context.Context, store *eventstore.BoltStore, side *Side, r
 		}
 	}
 	// At the kill.
-	classify(replayed, children, lf, true, &st, fail)
+	classify(parent, replayed, children, lf, true, &st, fail)
 	pre := st
 	if len(errs) > 0 || len(lf.errs) > 0 {
 		return st, fmt.Errorf("spend ledger at the kill:\n  %s", strings.Join(append(lf.errs, errs...), "\n  "))
@@ -554,7 +554,7 @@ func checkLedger(ctx context.Context, store *eventstore.BoltStore, side *Side, r
 
 	// Delivered.
 	st = LedgerStats{}
-	roots := classify(replayed, children, lf, false, &st, fail)
+	roots := classify(parent, replayed, children, lf, false, &st, fail)
 	st.Undelivered, st.Unacked, st.Drained = pre.Undelivered, pre.Unacked, drained
 	var total int64
 	for id := range lf.roots {
@@ -603,8 +603,10 @@ func checkLedger(ctx context.Context, store *eventstore.BoltStore, side *Side, r
 // classify checks every binding of the child scopes against the parent's
 // settlements (atKill: before the outbox is drained, when a finished
 // child may be undelivered or unacknowledged) and returns the bindings of
-// the roots settled and delivered, by "scope/root".
-func classify(replayed map[string]*frames.State, children []string, lf *ledgerFold, atKill bool, st *LedgerStats,
+// the roots settled and delivered, by "scope/root". The settlements are
+// the log's (lf); the parent's state, where it still keeps the
+// reservation, must say the same.
+func classify(parent *frames.State, replayed map[string]*frames.State, children []string, lf *ledgerFold, atKill bool, st *LedgerStats,
 	fail func(lost, doubled bool, format string, args ...any)) map[string]frames.Binding {
 	settled := map[string]frames.Binding{}
 	bound := map[string]bool{}
@@ -644,9 +646,16 @@ func classify(replayed map[string]*frames.State, children []string, lf *ledgerFo
 			}
 			st.Repeats += max(r.settles-1, 0)
 			acked := b.Delivered == b.Reported && b.DeliveredFinal
+			var pr *frames.Reservation
+			if parent != nil {
+				pr = parent.Reservations[id]
+			}
 			switch {
 			case r.charged > b.Reported:
 				fail(false, true, "DOUBLED: %s spent %d, the parent was charged %d for it (%d settlements)", where, b.Reported, r.charged, r.settles)
+			case pr != nil && (pr.Settled != r.charged || pr.Final != r.final):
+				fail(pr.Settled < r.charged, pr.Settled > r.charged, "%s: the parent's state has %d settled (final: %v), its log's settlements charged %d (final: %v)",
+					where, pr.Settled, pr.Final, r.charged, r.final)
 			case b.Delivered > b.Reported || (b.Delivered > 0 || b.DeliveredFinal) && !r.final:
 				fail(true, false, "LOST: %s: the binding has %d acknowledged (final: %v), the parent settled %d (final: %v)",
 					where, b.Delivered, b.DeliveredFinal, r.charged, r.final)

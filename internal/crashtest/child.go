@@ -229,9 +229,6 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 	var lr *ledgerRun
 	if opts.ledger {
 		lr = &ledgerRun{w: &Storm{C: c, Log: sl}, srv: srv}
-		if err := lr.recover(ctx, rand.New(rand.NewPCG(seed, uint64(incarnation)<<8|0xff))); err != nil {
-			return err
-		}
 	}
 
 	// Workers: each resumes its scopes, as its actors' Started would.
@@ -298,6 +295,15 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 				}
 			}
 		}()
+	}
+	if lr != nil {
+		// The ledger picks up where the last process left it, beside the
+		// storm (a kill may land in it), then its workers go on.
+		if err := lr.recover(ctx, rand.New(rand.NewPCG(seed, uint64(incarnation)<<8|0xff))); err != nil {
+			errs <- err
+			cancel() // the storm stops: the child reports the error
+			lr = nil
+		}
 	}
 	if lr != nil {
 		for wi := range LedgerWorkers {

@@ -126,12 +126,18 @@ func TestCrash(t *testing.T) {
 		stopWatch := make(chan struct{})
 		selfKilled := ""   // the retention step the child killed itself at
 		ledgerKilled := "" // the settlement stage
-		selfKill := func(l string) {
-			if f := strings.Fields(l); len(f) == 3 && f[0] == "retention-kill" {
+		// selfKill reads a line the child prints before it kills itself.
+		selfKill := func(l string) bool {
+			f := strings.Fields(l)
+			switch {
+			case len(f) == 3 && f[0] == "retention-kill":
 				selfKilled = f[1] + " " + f[2]
-			} else if len(f) == 3 && f[0] == "ledger-kill" {
+			case len(f) == 3 && f[0] == "ledger-kill":
 				ledgerKilled = f[1] + " " + f[2]
+			default:
+				return false
 			}
+			return true
 		}
 		if early {
 			kill = time.After(time.Duration(rng.IntN(400)) * time.Millisecond)
@@ -141,7 +147,7 @@ func TestCrash(t *testing.T) {
 		for {
 			select {
 			case l := <-lines:
-				if selfKill(l); selfKilled != "" || ledgerKilled != "" {
+				if selfKill(l) {
 					continue
 				}
 				if !early && bytes.HasPrefix([]byte(l), []byte("ready")) {

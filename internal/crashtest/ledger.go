@@ -325,8 +325,8 @@ func checkOutboxGroup(g *group, fail func(string, ...any)) {
 		case *frames.SpendSettled:
 			ok = strings.HasPrefix(g.id, settleRequest)
 		case *frames.FrameSuspended:
-			_, ok = g.events[max(i-1, 0)].(*frames.SpendSettled)
-			ok = ok && i > 0 && strings.HasPrefix(g.id, settleRequest)
+			_, afterSettled := g.events[max(i-1, 0)].(*frames.SpendSettled)
+			ok = i > 0 && afterSettled && strings.HasPrefix(g.id, settleRequest)
 		case *frames.SpendDelivered:
 			ok = strings.HasPrefix(g.id, settledRequest)
 		}

@@ -161,7 +161,11 @@ type loaded struct {
 }
 
 // loadJob rebuilds a cold scope off the shard, then handles req.
-func (h *handler) loadJob(req messages.Request) *job {
+func (h *handler) loadJob(req messages.Request) *job { return h.loadJobThen(req, nil) }
+
+// loadJobThen is loadJob that hands the loaded entry to then (if not nil)
+// before it handles req.
+func (h *handler) loadJobThen(req messages.Request, then func(*entry)) *job {
 	scope := req.ScopeName()
 	return &job{scope: scope,
 		run: func() any {
@@ -176,6 +180,9 @@ func (h *handler) loadJob(req messages.Request) *job {
 			if _, ok := h.cache.Peek(scope); !ok { // the scope was held: nothing can have loaded it meanwhile
 				h.put(scope, &entry{st: l.st, size: estimateState(l.st), snapVersion: l.info.SnapshotVersion,
 					snapBytes: l.info.SnapshotBytes, sinceSnap: l.info.ReplayedBytes, info: l.info})
+			}
+			if e, ok := h.cache.Peek(scope); ok && then != nil {
+				then(e)
 			}
 			return h.handle(req)
 		}}

@@ -623,7 +623,11 @@ func (h *handler) outboxPrepare(st *frames.State, req messages.Request) *job {
 			}
 			e, ok := h.cache.Peek(scope)
 			if !ok {
-				return outcome{job: h.loadJob(req)}
+				// Evicted (by count) while the row was written. The scope
+				// was held, so the row is there: the reload must know it,
+				// or it writes the row again, and under cache pressure
+				// again and again while the request ages.
+				return outcome{job: h.loadJobThen(req, func(e *entry) { e.outboxRow = true })}
 			}
 			e.outboxRow = true
 			m, _ := req.(messages.MutatingRequest)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -406,4 +408,63 @@ func TestOutboxSurvivesRetention(t *testing.T) {
 			require.NoError(t, e.store.Verify(ctx, nil))
 		})
 	}
+}
+
+// gatedTables is a store whose first write to the outbox table waits to be
+// released, and which counts the outbox table's writes.
+type gatedTables struct {
+	*eventstore.BoltStore
+	entered, release chan struct{}
+	writes           atomic.Int64
+}
+
+func (g *gatedTables) TableWrite(c context.Context, table string, ops []eventstore.TableOp) error {
+	if table == "outbox" && g.writes.Add(1) == 1 {
+		close(g.entered)
+		<-g.release
+	}
+	return g.BoltStore.TableWrite(c, table, ops)
+}
+
+// A scope evicted from the cache while a push writes its outbox row is
+// reloaded knowing the row is there: the row is written once. (Before, the
+// reload wrote it again; in a busy server with a small cache, a push could
+// go round write, evict, reload many times, until its request id was
+// older than the request horizon and the push was refused as expired on
+// its first send.)
+func TestOutboxRowWrittenOnceAcrossEviction(t *testing.T) {
+	st, err := eventstore.Open(filepath.Join(t.TempDir(), "stateindex.db"), &eventstore.Options{NoSync: true})
+	require.NoError(t, err)
+	defer st.Close()
+	gs := &gatedTables{BoltStore: st, entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := testConfig(newFakeClock())
+	cfg.Shards, cfg.CacheScopes = 1, 1 // a read of another scope evicts the pushing one
+	sys := quietSystem()
+	defer sys.Shutdown()
+	srv, err := actors.Start(sys, gs, cfg)
+	require.NoError(t, err)
+	defer srv.Stop()
+	c := srv.Client()
+
+	p := pushLimited(t, c, "parent", "", 1000, "")
+	res, err := c.ReserveSpend(ctx, &messages.ReserveSpend{Header: mut("parent"), FrameID: p, For: "child", Estimate: spend(300)})
+	require.NoError(t, err)
+	pushed := make(chan error, 1)
+	go func() {
+		_, err := c.PushFrame(ctx, &messages.PushFrame{Header: mut("child"), Goal: "work", Budget: budget.TokenBudget{Total: 1000}, Reservation: res.Token})
+		pushed <- err
+	}()
+	<-gs.entered // the child scope is held, its row being written
+	_, err = c.GetLedger(ctx, &messages.GetLedger{Header: mut("parent")})
+	require.NoError(t, err) // the parent loaded: the child's state evicted
+	close(gs.release)
+	require.NoError(t, <-pushed)
+	assert.Equal(t, int64(1), gs.writes.Load(), "the outbox row is written once")
+	_, ok, err := st.TableGet(ctx, "outbox", []byte("child"))
+	require.NoError(t, err)
+	assert.True(t, ok)
+	r, err := c.GetLedger(ctx, &messages.GetLedger{Header: mut("child")})
+	require.NoError(t, err)
+	require.Len(t, r.Bindings, 1)
+	assert.Equal(t, res.ReservationID, r.Bindings[0].Reservation)
 }

@@ -192,6 +192,9 @@ type Stats struct {
 	// Sub is the durable subscriber's check (zero when the child ran
 	// none).
 	Sub SubStats
+	// Ledger is the spend ledger's check (zero when the child ran no
+	// ledger workload).
+	Ledger LedgerStats
 }
 
 func (s Stats) String() string {
@@ -226,7 +229,9 @@ type group struct {
 //     limit suspension, a usage with its suspension);
 //   - the state LoadState rebuilds (snapshot plus tail) equals a full
 //     replay, and ResumeActor's reply, and every frame GetFrame returns,
-//     equal that replay.
+//     equal that replay;
+//   - the spend ledger's settlements are neither lost nor doubled, before
+//     and after a server on the file delivers its outbox (checkLedger).
 //
 // The ResumeActor requests it sends are recorded in the side file like the
 // child's. cycle names them.
@@ -272,6 +277,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	live := map[string]*frames.State{}     // the live projection the server keeps
 	spans := map[string]map[string]eventstore.Span{}
 	subRef := map[uint64]SubRef{} // the events the subscription's filter matches, archived ones too
+	lf := newLedgerFold()         // the spend ledger's parent scope, event by event
 	var streams []string
 	if err := store.Streams(ctx, func(i eventstore.StreamInfo) error { streams = append(streams, i.Stream); return nil }); err != nil {
 		return st, err
@@ -330,11 +336,18 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			id := ev.EventMeta().RequestID
 			if g == nil || g.id != id {
 				finish()
+				key := id
 				if groups[id] != nil {
-					fail("request %s appears twice in the log (scope %q versions %d and %d)", id, name, groups[id].first, r.Version)
+					if !outboxRequest(id) {
+						fail("request %s appears twice in the log (scope %q versions %d and %d)", id, name, groups[id].first, r.Version)
+					}
+					// The outbox's ids carry no time: one the request
+					// horizon forgot is applied again (a settlement
+					// charges what it did not before: checkLedger).
+					key = fmt.Sprintf("%s@%s:%d", id, name, r.Version)
 				}
 				g = &group{scope: name, id: id, first: r.Version, base: h.base.Version}
-				groups[id] = g
+				groups[key] = g
 				st.Requests++
 				recordPre(g, side, state)
 			}
@@ -343,6 +356,9 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			}
 			if err := frames.Apply(lstate, ev); err != nil {
 				return fmt.Errorf("stream %q version %d (live projection): %w", name, r.Version, err)
+			}
+			if name == LedgerParent {
+				lf.apply(state, ev, r.Version)
 			}
 			g.last = r.Version
 			g.events = append(g.events, ev)
@@ -418,7 +434,12 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			st.InFlightAbsent++
 		}
 	}
-	for id, g := range groups {
+	for _, g := range groups {
+		id := g.id
+		if outboxRequest(id) {
+			checkOutboxGroup(g, fail)
+			continue
+		}
 		if strings.HasPrefix(id, retentionRequest) {
 			// The retention pass's own request: one scope.retention_applied.
 			if _, ok := g.events[0].(*frames.RetentionApplied); !ok || len(g.events) != 1 {
@@ -451,6 +472,10 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	}
 	if err := checkResume(ctx, dir, store, streams, replayed, live, spans, &st, cycle); err != nil {
 		return st, err
+	}
+	// Last: it delivers the outbox the kill left, writing to the log.
+	if st.Ledger, err = checkLedger(ctx, store, side, replayed, lf); err != nil {
+		return st, fmt.Errorf("cycle %d: %w", cycle, err)
 	}
 	return st, nil
 }
@@ -532,6 +557,13 @@ func checkWhole(g *group, side *Side, s *frames.State, fail func(string, ...any)
 		}
 	case *messages.ContinueFrame:
 		checkContinuation(where, q.FrameID, g.events, s, fail)
+	case *messages.ReserveSpend:
+		// The frame's expired reservations returned, then the new one.
+		if _, ok := g.events[n-1].(*frames.SpendReserved); !ok || n > 2 {
+			fail("PARTIAL: %s is %d events, not a spend.reserved after the expired ones' spend.returned", where, n)
+		} else if _, ok := g.events[0].(*frames.SpendReturned); n == 2 && !ok {
+			fail("PARTIAL: %s starts with %s, not spend.returned", where, g.events[0].EventType())
+		}
 	case *messages.AddContextHandle, *messages.FinishToolCall:
 		// The write, then, if it reached the threshold, the frame's
 		// automatic continuation, whole.
@@ -699,7 +731,9 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := quietSystem(quiet)
 	defer sys.Shutdown()
-	srv, err := actors.Start(sys, store, Config(quiet))
+	cfg := Config(quiet)
+	cfg.OutboxOff = true // nothing writes while the replay is compared (checkLedger delivers)
+	srv, err := actors.Start(sys, store, cfg)
 	if err != nil {
 		return err
 	}

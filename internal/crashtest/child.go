@@ -101,7 +101,8 @@ func ChildMain(dir string) int {
 	inc, _ := strconv.Atoi(os.Getenv(EnvIncarnation))
 	seed, _ := strconv.ParseUint(os.Getenv(EnvSeed), 10, 64)
 	err := runChild(context.Background(), dir, inc, seed, os.Stdout, -1,
-		childOptions{probe: true, retention: true, subscribe: true, killAt: os.Getenv(EnvRetentionKill)})
+		childOptions{probe: true, retention: true, subscribe: true, ledger: true, killAt: os.Getenv(EnvRetentionKill),
+			ledgerKillAt: os.Getenv(EnvLedgerKill)})
 	fmt.Fprintf(os.Stderr, "crash child: %v\n", err)
 	return 3
 }
@@ -124,10 +125,13 @@ func RunChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 // SIGKILLs itself once ready (RetentionStages; "" for none); subscribe
 // runs the durable subscriber (subscriber.go) beside the storm, from the
 // moment the server starts, and makes retention hold for it
-// (SubscriptionHold).
+// (SubscriptionHold); ledger runs the spend-ledger workload (ledger.go)
+// beside the storm, and ledgerKillAt (with retention) is the stage of a
+// settlement at which the child SIGKILLs itself once ready (LedgerStages;
+// "" for none).
 type childOptions struct {
-	probe, retention, subscribe bool
-	killAt                      string
+	probe, retention, subscribe, ledger bool
+	killAt, ledgerKillAt                string
 }
 
 // runChild is RunChild with opts.
@@ -137,7 +141,7 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var ks *killStore
 	if opts.retention {
-		ks = &killStore{stage: opts.killAt, out: ready}
+		ks = &killStore{stage: opts.killAt, ledger: opts.ledgerKillAt, out: ready}
 		eventstore.SetRemovalBatches(RemoveBatch, func() { ks.kill(StageRemoving, ks.removing.Load()) })
 		defer eventstore.SetRemovalBatches(0, nil)
 	}
@@ -222,10 +226,14 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 	}
 	tokens := again.Tokens()
 	links := again.Links()
+	var lr *ledgerRun
+	if opts.ledger {
+		lr = &ledgerRun{w: &Storm{C: c, Log: sl}, srv: srv}
+	}
 
 	// Workers: each resumes its scopes, as its actors' Started would.
 	var wg sync.WaitGroup
-	errs := make(chan error, NumWorkers+1)
+	errs := make(chan error, NumWorkers+LedgerWorkers+1)
 	storms := make([]*Storm, NumWorkers)
 	views := make([][]*scope, NumWorkers)
 	for wi := range NumWorkers {
@@ -248,7 +256,7 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 		if err := retentionPass(ctx, srv); err != nil {
 			return err
 		}
-		ks.armed.Store(opts.killAt != "")
+		ks.armed.Store(opts.killAt != "" || opts.ledgerKillAt != "")
 		rctx, stop := context.WithCancel(ctx)
 		passes := make(chan struct{})
 		stopPasses = func() { stop(); <-passes }
@@ -288,8 +296,42 @@ func runChild(ctx context.Context, dir string, incarnation int, seed uint64, rea
 			}
 		}()
 	}
+	if lr != nil {
+		// The ledger picks up where the last process left it, beside the
+		// storm (a kill may land in it), then its workers go on.
+		if err := lr.recover(ctx, rand.New(rand.NewPCG(seed, uint64(incarnation)<<8|0xff))); err != nil {
+			errs <- err
+			cancel() // the storm stops: the child reports the error
+			lr = nil
+		}
+	}
+	if lr != nil {
+		for wi := range LedgerWorkers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(incarnation)<<8|uint64(0x80+wi)))
+				n := -1
+				if steps >= 0 {
+					n = max(1, steps/4)
+				}
+				if err := lr.worker(ctx, rng, wi, n); err != nil {
+					errs <- err
+					cancel() // the storm stops: the child reports the error
+				}
+			}()
+		}
+	}
 	wg.Wait()
 	stopPasses()
+	if lr != nil && steps >= 0 && ctx.Err() == nil {
+		// A storm of so many steps leaves every settlement delivered.
+		dctx, stop := context.WithTimeout(ctx, LedgerDrainTimeout)
+		defer stop()
+		if err := srv.DrainOutbox(dctx); err != nil {
+			return fmt.Errorf("ledger: draining the outbox: %w", err)
+		}
+	}
 	select {
 	case err := <-errs:
 		return err

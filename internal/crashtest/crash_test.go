@@ -73,6 +73,7 @@ func TestCrash(t *testing.T) {
 	ackedUnrecorded := 0 // kills after which the stored position was past the last recorded ack
 	var jt journalTally
 	var rt retentionTally
+	var lt ledgerTally
 	var base []crashtest.Segment // the journal's segments when the child starts
 	var prev crashtest.Stats     // the last check's
 	start := time.Now()
@@ -81,16 +82,19 @@ func TestCrash(t *testing.T) {
 			require.NoError(t, err)
 		}
 		// Kill at a random moment: now and then during recovery (before the
-		// child is ready), mostly somewhere in the storm; in a third of the
-		// storm cycles, the child kills itself at a step of a retention
+		// child is ready), mostly somewhere in the storm; in a quarter of
+		// the storm cycles, the child kills itself at a stage of a spend
+		// settlement; in a third of the others, at a step of a retention
 		// pass; in half the others, at the moment the child's probe shows
 		// a journal frame written, an application to bbolt or a segment
 		// recycled (a new generation on disk), a random while into the
 		// storm.
 		early := rng.IntN(5) == 0
-		target, aimed, stage := noTarget, "", ""
+		target, aimed, stage, lstage := noTarget, "", "", ""
 		switch {
 		case early:
+		case rng.IntN(4) == 0:
+			lstage = crashtest.LedgerStages[rng.IntN(len(crashtest.LedgerStages))]
 		case rng.IntN(3) == 0:
 			stage = crashtest.RetentionStages[rng.IntN(len(crashtest.RetentionStages))]
 		case rng.IntN(2) == 0:
@@ -101,7 +105,8 @@ func TestCrash(t *testing.T) {
 			crashtest.EnvDir+"="+dir,
 			crashtest.EnvIncarnation+"="+strconv.Itoa(cycle),
 			crashtest.EnvSeed+"="+strconv.FormatUint(seed, 10),
-			crashtest.EnvRetentionKill+"="+stage)
+			crashtest.EnvRetentionKill+"="+stage,
+			crashtest.EnvLedgerKill+"="+lstage)
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		var stderr bytes.Buffer
@@ -119,7 +124,21 @@ func TestCrash(t *testing.T) {
 		var kill <-chan time.Time
 		var hit <-chan bool
 		stopWatch := make(chan struct{})
-		selfKilled := "" // the retention step the child killed itself at
+		selfKilled := ""   // the retention step the child killed itself at
+		ledgerKilled := "" // the settlement stage
+		// selfKill reads a line the child prints before it kills itself.
+		selfKill := func(l string) bool {
+			f := strings.Fields(l)
+			switch {
+			case len(f) == 3 && f[0] == "retention-kill":
+				selfKilled = f[1] + " " + f[2]
+			case len(f) == 3 && f[0] == "ledger-kill":
+				ledgerKilled = f[1] + " " + f[2]
+			default:
+				return false
+			}
+			return true
+		}
 		if early {
 			kill = time.After(time.Duration(rng.IntN(400)) * time.Millisecond)
 		}
@@ -128,14 +147,13 @@ func TestCrash(t *testing.T) {
 		for {
 			select {
 			case l := <-lines:
-				if f := strings.Fields(l); len(f) == 3 && f[0] == "retention-kill" {
-					selfKilled = f[1] + " " + f[2]
+				if selfKill(l) {
 					continue
 				}
 				if !early && bytes.HasPrefix([]byte(l), []byte("ready")) {
 					d := time.Duration(20+rng.IntN(400)) * time.Millisecond
-					if stage != "" {
-						kill = time.After(3 * time.Second) // if no pass reaches the step
+					if stage != "" || lstage != "" {
+						kill = time.After(3 * time.Second) // if no pass or settlement reaches the step
 					} else if target == noTarget {
 						kill = time.After(d)
 					} else {
@@ -156,11 +174,9 @@ func TestCrash(t *testing.T) {
 				// The line the child printed before it killed itself is read
 				// before its exit is seen.
 				for len(lines) > 0 {
-					if f := strings.Fields(<-lines); len(f) == 3 && f[0] == "retention-kill" {
-						selfKilled = f[1] + " " + f[2]
-					}
+					selfKill(<-lines)
 				}
-				if selfKilled == "" {
+				if selfKilled == "" && ledgerKilled == "" {
 					t.Fatalf("cycle %d: the child exited on its own (%v) before it was killed:\n%s", cycle, err, stderr.String())
 				}
 				exited <- err
@@ -170,7 +186,7 @@ func TestCrash(t *testing.T) {
 				t.Fatalf("cycle %d: the child did not get ready in time:\n%s", cycle, stderr.String())
 			}
 		}
-		if selfKilled == "" {
+		if selfKilled == "" && ledgerKilled == "" {
 			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		}
 		close(stopWatch)
@@ -193,13 +209,18 @@ func TestCrash(t *testing.T) {
 		st, err := crashtest.Check(t.Context(), dir, cycle)
 		require.NoError(t, err, "cycle %d (seed %d); child stderr:\n%s", cycle, seed, stderr.String())
 		require.Zero(t, st.Lost, "cycle %d: acknowledged writes lost", cycle)
-		if selfKilled != "" {
+		switch {
+		case selfKilled != "":
 			aimed = " (killed itself in a retention pass: " + selfKilled + ")"
-		} else if stage != "" {
+		case stage != "":
 			aimed = fmt.Sprintf(" (waited 3 s for a retention pass's %q step in vain)", stage)
+		case ledgerKilled != "":
+			aimed = " (killed itself in a spend settlement: " + ledgerKilled + ")"
+		case lstage != "":
+			aimed = fmt.Sprintf(" (waited 3 s for a settlement's %q stage in vain)", lstage)
 		}
-		t.Logf("cycle %d%s: %s; %s; %s", cycle, aimed, jt.add(probe, probed, base, segs, st),
-			rt.add(t, cycle, early, stage, selfKilled, prev, st), st.Sub)
+		t.Logf("cycle %d%s: %s; %s; %s; spend ledger: %s", cycle, aimed, jt.add(probe, probed, base, segs, st),
+			rt.add(t, cycle, early, stage, selfKilled, prev, st), st.Sub, lt.add(t, cycle, lstage, ledgerKilled, st.Ledger))
 		prev = st
 		base, err = crashtest.Segments(dir)
 		require.NoError(t, err)
@@ -232,6 +253,9 @@ func TestCrash(t *testing.T) {
 		"every restart resumed there (nothing skipped, order kept within each run)", last.Sub, ackedUnrecorded)
 	t.Log(smsg)
 	fmt.Println(smsg)
+	lmsg := "crash: spend ledger across the kills: " + lt.String(last.Ledger)
+	t.Log(lmsg)
+	fmt.Println(lmsg)
 	require.Positive(t, last.Acked)
 	require.Positive(t, last.Chains, "no chain was recovered")
 	// The subscriber delivered and acknowledged under the kills, and
@@ -241,6 +265,10 @@ func TestCrash(t *testing.T) {
 	if *cycles > 2 {
 		require.Positive(t, last.Sub.Resumes, "no restart reopened the subscription")
 	}
+	// Children were settled across the kills, exactly once each (Check
+	// fails on a lost or doubled settlement).
+	require.Positive(t, last.Ledger.Settled, "no child's spend was settled")
+	require.Zero(t, last.Ledger.Lost+last.Ledger.Doubled)
 	// The kills landed in a journal that was busy with all three.
 	require.Positive(t, jt.frames, "no journal frame was written before a kill")
 	require.Positive(t, jt.applications, "no background application ran before a kill")
@@ -258,6 +286,10 @@ func TestCrash(t *testing.T) {
 		require.Positive(t, last.LinksAcked, "no acknowledged link was checked")
 		require.Positive(t, rt.insidePass, "no kill landed inside a retention pass")
 		require.Positive(t, rt.unfinishedSeen, "no kill left a recorded removal unfinished")
+		// Kills landed between children's finish and their parent's
+		// settlement, and between the settlement and its acknowledgement.
+		require.Positive(t, lt.undelivered, "no kill left a finished child's settlement undelivered")
+		require.Positive(t, lt.unacked, "no kill left a settlement unacknowledged")
 	}
 }
 
@@ -486,4 +518,60 @@ func (rt retentionTally) String(last crashtest.Stats) string {
 		"%d resends refused as older than the horizon (%d of them had committed before the kill; none applied twice)",
 		last.Compactions, last.Removals, last.RemovedRecords, last.Archives, last.OrphanArchives, last.PartialArchives, last.AckedArchived,
 		rt.insidePass, strings.Join(aimed, ", "), rt.unfinishedSeen, rt.finished, rt.newOrphans, last.ExpiredResends, last.ExpiredCommitted)
+}
+
+// ledgerTally adds up what the kills did to the spend ledger's
+// settlements.
+type ledgerTally struct {
+	hits, misses         map[string]int // aimed kills: the stage reached, or not within 3 s
+	undelivered, unacked int            // finished children the kills left undelivered, settled and unacknowledged
+	pendingKills         int            // kills (aimed or not) that left at least one
+	drained              int64          // deliveries the checker's servers made
+	inFlight             int            // pops in flight at the kills
+}
+
+// add checks and counts one kill's effect on the ledger: a kill at
+// "popped" leaves a finished child undelivered, one at "settled" a
+// settlement unacknowledged (Check then proved each delivered exactly
+// once).
+func (lt *ledgerTally) add(t *testing.T, cycle int, stage, killed string, st crashtest.LedgerStats) string {
+	if lt.hits == nil {
+		lt.hits, lt.misses = map[string]int{}, map[string]int{}
+	}
+	if stage != "" && killed == "" {
+		lt.misses[stage]++
+	}
+	if killed != "" {
+		step := strings.Fields(killed)[0]
+		lt.hits[step]++
+		switch step {
+		case crashtest.StageLedgerPopped:
+			require.Positive(t, st.Undelivered, "cycle %d: killed after a child's pop committed, yet no settlement was undelivered", cycle)
+		case crashtest.StageLedgerSettled:
+			require.Positive(t, st.Unacked, "cycle %d: killed after the parent's settlement committed, yet none was unacknowledged", cycle)
+		}
+	}
+	lt.undelivered += st.Undelivered
+	lt.unacked += st.Unacked
+	if st.Undelivered+st.Unacked > 0 {
+		lt.pendingKills++
+	}
+	lt.drained += st.Drained
+	lt.inFlight += st.InFlightPops
+	return st.String()
+}
+
+func (lt ledgerTally) String(last crashtest.LedgerStats) string {
+	var aimed []string
+	for _, s := range crashtest.LedgerStages {
+		aimed = append(aimed, fmt.Sprintf("%s %d (%d missed)", s, lt.hits[s], lt.misses[s]))
+	}
+	return fmt.Sprintf("%d kills left settlements pending: %d children finished and undelivered, %d settled in the parent and unacknowledged, "+
+		"each delivered exactly once by the checker's server (%d deliveries; aimed at a stage: %s); %d pops in flight at the kills, each settled whole or not popped; "+
+		"after the last kill: %d children settled exactly once (%d acknowledged pops checked), lost %d, doubled %d; "+
+		"%d parent roots charged %d micros, the sum of their children's settlements; actual + outstanding within the max after each of %d parent events (peak %d of %d); "+
+		"%d reservations (%d never bound), %d settlements repeated charging nothing",
+		lt.pendingKills, lt.undelivered, lt.unacked, lt.drained, strings.Join(aimed, ", "), lt.inFlight,
+		last.Settled, last.AckedPops, last.Lost, last.Doubled, last.ParentRoots, last.Charged, last.Events, last.Peak, crashtest.LedgerMax,
+		last.Reservations, last.Unbound, last.Repeats)
 }

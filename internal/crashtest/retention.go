@@ -104,10 +104,13 @@ func retentionPass(ctx context.Context, srv *actors.Server) error {
 
 // killStore is the child's store: the BoltStore (every method of it,
 // checkpoints and asynchronous appends included), watched at the steps of
-// a retention pass; once armed, the step named stage kills the process.
+// a retention pass and at the stages of the spend ledger's settlements;
+// once armed, the step named stage, or the ledger stage named ledger,
+// kills the process.
 type killStore struct {
 	*eventstore.BoltStore
 	stage    string
+	ledger   string
 	out      io.Writer
 	armed    atomic.Bool
 	removing atomic.Value // the scope RemovePrefix works on
@@ -119,11 +122,24 @@ func (k *killStore) kill(stage string, scope any) {
 	if k == nil || !k.armed.Load() || stage != k.stage {
 		return
 	}
+	k.die(killLine, stage, scope)
+}
+
+// die tells the parent "line stage scope" on out and SIGKILLs the process.
+func (k *killStore) die(line, stage string, scope any) {
 	if k.out != nil {
-		fmt.Fprintf(k.out, "%s %s %v\n", killLine, stage, scope)
+		fmt.Fprintf(k.out, "%s %s %v\n", line, stage, scope)
 	}
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way
+}
+
+// committed kills the process if armed and a committed append of events
+// to stream reached the ledger stage to kill at.
+func (k *killStore) committed(stream string, events []eventstore.Event, err error) {
+	if err == nil && k.ledger != "" && k.armed.Load() && ledgerStage(stream, events) == k.ledger {
+		k.die(ledgerKillLine, k.ledger, stream)
+	}
 }
 
 func recordsRemoval(events []eventstore.Event) bool {
@@ -139,12 +155,21 @@ func (k *killStore) Append(ctx context.Context, stream string, expected int64, e
 	if recordsRemoval(events) {
 		k.kill(StageArchived, stream)
 	}
-	return k.BoltStore.Append(ctx, stream, expected, events)
+	res, err := k.BoltStore.Append(ctx, stream, expected, events)
+	k.committed(stream, events, err)
+	return res, err
 }
 
 func (k *killStore) AppendAsync(ctx context.Context, stream string, expected int64, events []eventstore.Event, done func(eventstore.AppendResult, error)) {
 	if recordsRemoval(events) {
 		k.kill(StageArchived, stream)
+	}
+	if k.ledger != "" {
+		reply := done
+		done = func(res eventstore.AppendResult, err error) {
+			k.committed(stream, events, err) // durable: the callback runs after the commit
+			reply(res, err)
+		}
 	}
 	k.BoltStore.AppendAsync(ctx, stream, expected, events, done)
 }

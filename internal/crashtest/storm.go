@@ -7,7 +7,9 @@
 // with the same request id, before it goes on — as a real agent would.
 // The child also runs retention passes that remove finished runs to
 // archives (retention.go); the checker then finds those writes in the
-// archives (history.go).
+// archives (history.go). Beside the storm it runs a durable subscriber
+// (subscriber.go) and a spend-ledger workload whose cross-scope
+// settlements the checker proves neither lost nor doubled (ledger.go).
 //
 // A SIGKILL leaves the page cache intact, so this cannot catch a missing
 // fsync: the held-commit test in package actors (no reply leaves before the
@@ -102,6 +104,9 @@ var newRequest = map[string]func() messages.MutatingRequest{
 	"CompactContext":   func() messages.MutatingRequest { return &messages.CompactContext{} },
 	"ContinueFrame":    func() messages.MutatingRequest { return &messages.ContinueFrame{} },
 	"ResumeChain":      func() messages.MutatingRequest { return &messages.ResumeChain{} },
+	// The spend ledger's workload (ledger.go).
+	"ReserveSpend":       func() messages.MutatingRequest { return &messages.ReserveSpend{} },
+	"ReleaseReservation": func() messages.MutatingRequest { return &messages.ReleaseReservation{} },
 }
 
 // opName is the name of a request's type.
@@ -332,6 +337,10 @@ func resultVersion(r messages.Reply) int64 {
 	case *messages.ContinueFrameReply:
 		return x.Version
 	case *messages.ResumeChainReply:
+		return x.Version
+	case *messages.ReserveSpendReply:
+		return x.Version
+	case *messages.ReleaseReservationReply:
 		return x.Version
 	}
 	return -1

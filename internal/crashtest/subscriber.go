@@ -392,7 +392,9 @@ func resumeSubscription(ctx context.Context, store *eventstore.BoltStore, ref ma
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := quietSystem(quiet)
 	defer sys.Shutdown()
-	srv, err := actors.Start(sys, store, Config(quiet))
+	cfg := Config(quiet)
+	cfg.OutboxOff = true // nothing writes before checkResume compares the replay
+	srv, err := actors.Start(sys, store, cfg)
 	if err != nil {
 		return err
 	}

@@ -148,11 +148,15 @@ func TestCheckLedgerCatchesBrokenPromises(t *testing.T) {
 		b := ls.child(120)
 		// The parent settles it (the outbox's two steps, by hand), then
 		// is charged for it again by a second spend.settled.
-		_, err := ls.lr.w.C.SettleSpend(t.Context(), &messages.SettleSpend{Header: messages.Header{Scope: LedgerParent, RequestID: settleRequest + "by-hand"},
-			Token: b.Token, From: LedgerChild(0), FrameID: b.Root, Spent: b.Reported, Final: true})
+		settle := &messages.SettleSpend{Header: messages.Header{Scope: LedgerParent, RequestID: settleRequest + "by-hand"},
+			Token: b.Token, From: LedgerChild(0), FrameID: b.Root, Spent: b.Reported, Final: true}
+		actors.SignSettlement(tokenKey, settle)
+		_, err := ls.lr.w.C.SettleSpend(t.Context(), settle)
 		require.NoError(t, err)
-		_, err = ls.lr.w.C.AckSettlement(t.Context(), &messages.AckSettlement{Header: messages.Header{Scope: LedgerChild(0), RequestID: settledRequest + "by-hand"},
-			ReservationID: b.Reservation, Through: b.Reported, Final: true})
+		ack := &messages.AckSettlement{Header: messages.Header{Scope: LedgerChild(0), RequestID: settledRequest + "by-hand"},
+			ReservationID: b.Reservation, Through: b.Reported, Final: true}
+		actors.SignAck(tokenKey, ack)
+		_, err = ls.lr.w.C.AckSettlement(t.Context(), ack)
 		require.NoError(t, err)
 		var settled *frames.SpendSettled
 		require.NoError(t, ls.store.ReadStream(t.Context(), LedgerParent, 1, func(r eventstore.Record) error {
@@ -180,8 +184,10 @@ func TestCheckLedgerCatchesBrokenPromises(t *testing.T) {
 		ls := openLedger(t, base)
 		b := ls.child(90)
 		// An outbox that acknowledges without settling.
-		_, err := ls.lr.w.C.AckSettlement(t.Context(), &messages.AckSettlement{Header: messages.Header{Scope: LedgerChild(0), RequestID: settledRequest + "unsettled"},
-			ReservationID: b.Reservation, Through: b.Reported, Final: true})
+		ack := &messages.AckSettlement{Header: messages.Header{Scope: LedgerChild(0), RequestID: settledRequest + "unsettled"},
+			ReservationID: b.Reservation, Through: b.Reported, Final: true}
+		actors.SignAck(tokenKey, ack) // with the servers' key: a broken outbox, not a forger
+		_, err := ls.lr.w.C.AckSettlement(t.Context(), ack)
 		require.NoError(t, err)
 		ls.close()
 		st, err := check(t, ls.dir)

@@ -74,8 +74,13 @@ func (b *batch) events() []frames.Event {
 }
 
 // batchable reports whether a write may share a batch: its reply is built
-// from its events and nothing runs after it.
+// from its events and nothing runs after it. A recount's write that a
+// request waits for is not (that request is decided after it, before the
+// scope's later ones).
 func batchable(w *write) bool {
+	if rc, ok := w.req.(*recountReq); ok && rc.then != nil {
+		return false
+	}
 	return w.d != nil && w.d.after == nil && w.d.state == nil
 }
 
@@ -199,11 +204,12 @@ func (s *shard) committed(c actor.Context, m *committed) {
 	for _, it := range b.items {
 		switch {
 		case it.w != nil && m.err == nil:
-			// Durable (the writes before a broken one too).
-			if o := s.h.afterWrite(it.w, it.w.reply); o.job != nil {
-				busy = s.run(c, scope, it.req, it.to, o) // a batch of this write alone
-			} else {
-				s.reply(c, it.to, it.req, o.reply)
+			// Durable (the writes before a broken one too). What follows
+			// it is carried out like any outcome: an entry's after job, or
+			// the request that waited for a recount (a batch of this write
+			// alone), which may come to a write or a job of its own.
+			if s.run(c, scope, it.req, it.to, s.h.afterWrite(it.w, it.w.reply)) {
+				busy = true
 			}
 		case it.w != nil:
 			s.reply(c, it.to, it.req, it.w.reply) // the append's error

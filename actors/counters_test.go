@@ -357,6 +357,32 @@ func TestUnknownCounterIsRecountedBeforeServing(t *testing.T) {
 	require.Len(t, counterEvents(t, e, "s"), 2)
 }
 
+// A write that waits for its scope's recount (the scope's counter unknown
+// to the server) is applied and answered once the recount is written: the
+// recount's append is followed by the write's own, not by an empty reply.
+// Under the estimate the write is decided on the shard at once (no
+// counting job), so it comes straight after the recount's write.
+func TestUnknownCounterIsRecountedBeforeAWrite(t *testing.T) {
+	e := newEnv(t, func(c *actors.Config) { c.Counter, c.CounterName = perByte(2), "double" })
+	f, _ := seedScope(t, e.c, "s", "one", "two two")
+	before := e.readFrame("s").Version
+	e.cfg.Counter, e.cfg.CounterName = nil, "" // the estimate; "double" is unknown now
+	e.restart()
+	r, err := e.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("s"), FrameID: f, HandleID: "h-three",
+		Kind: "note", Priority: compaction.Medium, Content: "three"})
+	require.NoError(t, err)
+	require.NotNil(t, r)
+	assert.Equal(t, before+2, r.Version, "the recount's scope.counter_changed, then the handle")
+	assert.Equal(t, "h-three", r.HandleID)
+	require.Len(t, counterEvents(t, e, "s"), 2)
+	// The scope serves on: the next write follows the first.
+	r2, err := e.c.AddContextHandle(ctx, &messages.AddContextHandle{Header: mut("s"), FrameID: f, Kind: "note",
+		Priority: compaction.Medium, Content: "four"})
+	require.NoError(t, err)
+	assert.Equal(t, before+3, r2.Version)
+	assert.Equal(t, frames.EstimateCounterName, pack(t, e.c, "s", f).Metadata.Counter)
+}
+
 // A restart while a recount is counting starts it over and ends with one
 // consistent change.
 func TestRestartMidRecountEndsConsistent(t *testing.T) {

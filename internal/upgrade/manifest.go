@@ -57,9 +57,11 @@ type Manifest struct {
 	// Scopes is each scope as the fixture leaves it.
 	Scopes []ScopeFacts `json:"scopes"`
 	// Reads are reads of the fixture as it was left (GetChain, SearchChain,
-	// GetFrame of chain links; v4 on), each with what it answered: a later
-	// release must answer the same.
+	// GetFrame of chain links, v4 on; GetLedger, v6 on), each with what it
+	// answered: a later release must answer the same.
 	Reads []Read `json:"reads,omitempty"`
+	// Ledger is the spend ledger's part of the scenario (v6 on).
+	Ledger *Ledger `json:"ledger,omitempty"`
 }
 
 // Step is one mutating request and its reply. Request fields that the
@@ -114,11 +116,32 @@ type Step struct {
 	ResumeCeiling int64        `json:"resume_ceiling,omitempty"`
 	ChainID       string       `json:"chain_id,omitempty"`
 	Message       string       `json:"message,omitempty"`
-	// ApplyRetention (a retention pass's, recorded as the pass sent it).
+	// ApplyRetention (a retention pass's, recorded as the pass sent it;
+	// Through is also AckSettlement's).
 	Through int64  `json:"through,omitempty"`
 	Hash    string `json:"hash,omitempty"`
 	Runs    int64  `json:"runs,omitempty"`
 	Why     string `json:"why,omitempty"`
+
+	// v6 on, the spend ledger: PushFrame's Reservation (a reservation
+	// token); ReserveSpend's Estimate, For, Partial and LeaseMillis;
+	// RenewReservation's Token (the reservation token) and LeaseMillis;
+	// ReleaseReservation's ReservationID; SettleSpend's Token (the
+	// reservation token), From, FrameID, Spent, Previous, Final and Proof;
+	// AckSettlement's ReservationID, Through, Final and Proof. SettleSpend
+	// and AckSettlement are the writing release's outbox's own requests,
+	// recorded with the request ids and proofs it sent them with.
+	Reservation   string `json:"reservation,omitempty"`
+	Estimate      *int64 `json:"estimate,omitempty"`
+	For           string `json:"for,omitempty"`
+	Partial       bool   `json:"partial,omitempty"`
+	LeaseMillis   int64  `json:"lease_millis,omitempty"`
+	ReservationID string `json:"reservation_id,omitempty"`
+	From          string `json:"from,omitempty"`
+	Spent         int64  `json:"spent,omitempty"`
+	Previous      int64  `json:"previous,omitempty"`
+	Final         bool   `json:"final,omitempty"`
+	Proof         string `json:"proof,omitempty"`
 
 	// Expired says the request id is a UUIDv7 stamped before the scope's
 	// request horizon (as the fixture is served): a resend is refused as
@@ -195,12 +218,32 @@ type Reply struct {
 	// automatic continuation, ContinueSkipped, is said once and not
 	// kept: a resend does not repeat it, like the pressure.)
 	Continued *Continuation `json:"continued,omitempty"`
-	// ApplyRetention
+	// ApplyRetention, AckSettlement
 	Through int64 `json:"through,omitempty"`
 	// ResumeActor (not compared on a resend: the writing release answered
 	// a repeated ResumeActor with the scope's current state)
 	Live    []string  `json:"live,omitempty"`
 	Pending []Pending `json:"pending,omitempty"`
+	// v6 on, the spend ledger. ReserveSpend: the reservation's id, For,
+	// Amount, Ceiling, Policy, ExpiresAt, its token (ReservationToken) and
+	// the expired reservations it returned (ReturnedIDs); RenewReservation:
+	// ReservationID, ExpiresAt, ReservationToken; ReleaseReservation:
+	// ReservationID, ReturnedSpend; SettleSpend: ReservationID, Settled,
+	// Charged, ChargedTo, Routed (and Suspension); AckSettlement:
+	// ReservationID, Through.
+	ReservationID    string   `json:"reservation_id,omitempty"`
+	For              string   `json:"for,omitempty"`
+	Amount           int64    `json:"amount,omitempty"`
+	Ceiling          int64    `json:"ceiling,omitempty"`
+	Policy           string   `json:"policy,omitempty"`
+	ExpiresAt        int64    `json:"expires_at,omitempty"`
+	ReservationToken string   `json:"reservation_token,omitempty"`
+	ReturnedIDs      []string `json:"returned_ids,omitempty"`
+	ReturnedSpend    int64    `json:"returned_spend,omitempty"`
+	Settled          int64    `json:"settled,omitempty"`
+	Charged          int64    `json:"charged,omitempty"`
+	ChargedTo        string   `json:"charged_to,omitempty"`
+	Routed           string   `json:"routed,omitempty"`
 }
 
 // Continuation names the link a context change continued and the new one.
@@ -290,7 +333,7 @@ func (m *Manifest) Encode() ([]byte, error) {
 // left out (serving a fixture appends: ResumeActor); the versions of
 // records (a link's push and pop, a hit's record) are kept.
 type Read struct {
-	Op      string `json:"op"` // GetChain, SearchChain, GetFrame
+	Op      string `json:"op"` // GetChain, SearchChain, GetFrame, GetLedger
 	Scope   string `json:"scope"`
 	FrameID string `json:"frame_id"`
 	// SearchChain's request.
@@ -305,6 +348,7 @@ type Read struct {
 	Chain  *Chain      `json:"chain,omitempty"`
 	Search *Search     `json:"search,omitempty"`
 	Frame  *FrameState `json:"frame,omitempty"`
+	Ledger *LedgerRead `json:"ledger,omitempty"`
 }
 
 // Chain is GetChain's answer.
@@ -409,4 +453,134 @@ type Handle struct {
 	Seq           int64    `json:"seq"`
 	Group         string   `json:"group,omitempty"`
 	Covers        []string `json:"covers,omitempty"`
+}
+
+// Ledger is the spend ledger's part of a fixture (v6 on): a root frame
+// with a spend limit (Frame, in Scope) and its reservations, each left as
+// Reservations says; the open one's token (Open); the settlements the
+// fixture leaves pending (Pending: the work finished, the writing
+// release's outbox did not deliver it before the copy) and the scopes the
+// store's outbox table lists (OutboxScopes); and what the frame's ledger
+// row says once every pending settlement is delivered (Actual,
+// Outstanding, and Delivered: GetLedger as the writing release answered
+// after its own outbox delivered them to the scratch store the fixture was
+// copied from).
+type Ledger struct {
+	Scope        string              `json:"scope"`
+	Frame        string              `json:"frame"`
+	SpendLimit   int64               `json:"spend_limit"`
+	Reservations []ReservationFact   `json:"reservations"`
+	Open         *OpenReservation    `json:"open,omitempty"`
+	Pending      []PendingSettlement `json:"pending,omitempty"`
+	OutboxScopes []string            `json:"outbox_scopes,omitempty"`
+	// Actual and Outstanding are the frame's ledger row once the pending
+	// settlements are delivered, each charged once.
+	Actual      int64  `json:"actual"`
+	Outstanding int64  `json:"outstanding"`
+	Delivered   []Read `json:"delivered,omitempty"`
+}
+
+// Reservation fates (ReservationFact.Left).
+const (
+	LeftSettled  = "settled"  // the work finished and its settlement was charged
+	LeftReleased = "released" // released by request
+	LeftExpired  = "expired"  // its lease ran out and a later grant returned it
+	LeftOpen     = "open"     // unbound, its lease running
+	LeftPending  = "pending"  // bound; the work finished, its settlement not delivered
+)
+
+// ReservationFact is one reservation of the scenario: whose (Scope,
+// Frame), for which scope, the frame it paid for (Bound), and how the
+// fixture left it (Left).
+type ReservationFact struct {
+	ID    string `json:"id"`
+	Scope string `json:"scope"`
+	Frame string `json:"frame"`
+	For   string `json:"for"`
+	Bound string `json:"bound,omitempty"`
+	Left  string `json:"left"`
+}
+
+// OpenReservation is a reservation never bound: its Token (the latest a
+// reply gave) must still bind a root frame in For, once.
+type OpenReservation struct {
+	ID        string `json:"id"`
+	For       string `json:"for"`
+	Amount    int64  `json:"amount"`
+	Ceiling   int64  `json:"ceiling"`
+	ExpiresAt int64  `json:"expires_at"`
+	Token     string `json:"token"`
+}
+
+// PendingSettlement is a binding of root Root in Scope to reservation
+// Reservation of ReservingScope, whose final spend Reported the fixture
+// leaves undelivered.
+type PendingSettlement struct {
+	Scope          string `json:"scope"`
+	Root           string `json:"root"`
+	Reservation    string `json:"reservation"`
+	ReservingScope string `json:"reserving_scope"`
+	Reported       int64  `json:"reported"`
+}
+
+// LedgerRead is GetLedger's answer, without the scope's version and the
+// server's time.
+type LedgerRead struct {
+	Frames   []LedgerRow     `json:"frames,omitempty"`
+	Bindings []LedgerBinding `json:"bindings,omitempty"`
+}
+
+// LedgerRow is one frame's line of a ledger.
+type LedgerRow struct {
+	Frame        string              `json:"frame"`
+	Parent       string              `json:"parent,omitempty"`
+	Goal         string              `json:"goal,omitempty"`
+	Status       string              `json:"status,omitempty"`
+	Finished     bool                `json:"finished,omitempty"`
+	Max          int64               `json:"max,omitempty"`
+	Reserved     int64               `json:"reserved,omitempty"`
+	Reservation  string              `json:"reservation,omitempty"`
+	Outstanding  int64               `json:"outstanding,omitempty"`
+	Actual       int64               `json:"actual,omitempty"`
+	Late         int64               `json:"late,omitempty"`
+	Reservations []LedgerReservation `json:"reservations,omitempty"`
+}
+
+// LedgerReservation is a reservation as a ledger row lists it.
+type LedgerReservation struct {
+	ID        string   `json:"id"`
+	Frame     string   `json:"frame"`
+	Path      []string `json:"path,omitempty"`
+	For       string   `json:"for"`
+	Amount    int64    `json:"amount"`
+	Ceiling   int64    `json:"ceiling"`
+	Estimate  int64    `json:"estimate"`
+	Policy    string   `json:"policy,omitempty"`
+	At        int64    `json:"at"`
+	ExpiresAt int64    `json:"expires_at"`
+	Child     string   `json:"child,omitempty"`
+	Settled   int64    `json:"settled,omitempty"`
+	Late      int64    `json:"late,omitempty"`
+	Returned  bool     `json:"returned,omitempty"`
+	Why       string   `json:"why,omitempty"`
+	Final     bool     `json:"final,omitempty"`
+	Renewals  int64    `json:"renewals,omitempty"`
+}
+
+// LedgerBinding is a scope's binding to another scope's reservation (its
+// outbox entry).
+type LedgerBinding struct {
+	Reservation    string `json:"reservation"`
+	Scope          string `json:"scope"`
+	Frame          string `json:"frame"`
+	Token          string `json:"token"`
+	Root           string `json:"root"`
+	Amount         int64  `json:"amount"`
+	Ceiling        int64  `json:"ceiling"`
+	ExpiresAt      int64  `json:"expires_at"`
+	At             int64  `json:"at"`
+	Reported       int64  `json:"reported,omitempty"`
+	Final          bool   `json:"final,omitempty"`
+	Delivered      int64  `json:"delivered,omitempty"`
+	DeliveredFinal bool   `json:"delivered_final,omitempty"`
 }

@@ -39,6 +39,7 @@ func Build(s Step) (messages.Request, error) {
 		if s.Limits != nil {
 			r.Limits = *s.Limits
 		}
+		r.Reservation = s.Reservation
 		return r, nil
 	case "PopFrame":
 		st, err := frames.ParseStatus(s.Status)
@@ -100,6 +101,18 @@ func Build(s Step) (messages.Request, error) {
 		return &messages.ApplyRetention{Header: mut, Through: s.Through, Hash: s.Hash, Runs: s.Runs, Why: s.Why}, nil
 	case "ResumeActor":
 		return &messages.ResumeActor{Header: messages.Header{Scope: s.Scope, RequestID: s.RequestID}}, nil
+	case "ReserveSpend":
+		return &messages.ReserveSpend{Header: mut, FrameID: s.FrameID, For: s.For, Estimate: s.Estimate, Partial: s.Partial,
+			LeaseMillis: s.LeaseMillis}, nil
+	case "RenewReservation":
+		return &messages.RenewReservation{Header: mut, Token: s.Token, ReservationID: s.ReservationID, LeaseMillis: s.LeaseMillis}, nil
+	case "ReleaseReservation":
+		return &messages.ReleaseReservation{Header: mut, ReservationID: s.ReservationID}, nil
+	case "SettleSpend":
+		return &messages.SettleSpend{Header: mut, Token: s.Token, From: s.From, FrameID: s.FrameID, Spent: s.Spent,
+			Previous: s.Previous, Final: s.Final, Proof: s.Proof}, nil
+	case "AckSettlement":
+		return &messages.AckSettlement{Header: mut, ReservationID: s.ReservationID, Through: s.Through, Final: s.Final, Proof: s.Proof}, nil
 	case OpGetStack:
 		return &messages.GetStack{Header: messages.Header{Scope: s.Scope}, FrameID: s.FrameID}, nil
 	case OpGetFrame:
@@ -161,6 +174,18 @@ func ReplyOf(reply messages.Reply) (Reply, error) {
 			Carried: r.Carried, MessageID: r.MessageID}, r.ContextChange), nil
 	case *messages.ApplyRetentionReply:
 		return Reply{Version: r.Version, Through: r.Through}, nil
+	case *messages.ReserveSpendReply:
+		return Reply{Version: r.Version, FrameID: r.FrameID, ReservationID: r.ReservationID, For: r.For, Amount: r.Amount,
+			Ceiling: r.Ceiling, Policy: string(r.Policy), ExpiresAt: r.ExpiresAt, ReservationToken: r.Token, ReturnedIDs: r.Returned}, nil
+	case *messages.RenewReservationReply:
+		return Reply{Version: r.Version, ReservationID: r.ReservationID, ExpiresAt: r.ExpiresAt, ReservationToken: r.Token}, nil
+	case *messages.ReleaseReservationReply:
+		return Reply{Version: r.Version, ReservationID: r.ReservationID, ReturnedSpend: r.Returned}, nil
+	case *messages.SettleSpendReply:
+		return Reply{Version: r.Version, ReservationID: r.ReservationID, Settled: r.Settled, Charged: r.Charged,
+			ChargedTo: r.ChargedTo, Routed: r.Routed, Suspension: TokenOf(r.Suspension)}, nil
+	case *messages.AckSettlementReply:
+		return Reply{Version: r.Version, ReservationID: r.ReservationID, Through: r.Through}, nil
 	case *messages.ActorResumeState:
 		out := Reply{Version: r.Version, Pending: PendingOf(r)}
 		for _, f := range r.LiveFrames {
@@ -248,13 +273,15 @@ func BuildRead(r Read) (messages.Request, error) {
 		return &messages.SearchChain{Header: h, FrameID: r.FrameID, Query: r.Query, Regex: r.Regex, Limit: r.Limit, Cursor: r.Cursor}, nil
 	case "GetFrame":
 		return &messages.GetFrame{Header: h, FrameID: r.FrameID, WithHandles: r.WithHandles}, nil
+	case "GetLedger":
+		return &messages.GetLedger{Header: h, FrameID: r.FrameID}, nil
 	}
 	return nil, fmt.Errorf("upgrade: unknown read %q", r.Op)
 }
 
 // ReadOf fills a read's answer from its reply.
 func ReadOf(r Read, reply messages.Reply) (Read, error) {
-	r.Chain, r.Search, r.Frame = nil, nil, nil
+	r.Chain, r.Search, r.Frame, r.Ledger = nil, nil, nil, nil
 	switch rp := reply.(type) {
 	case *messages.GetChainReply:
 		c := &Chain{Root: rp.Root, Head: rp.Head}
@@ -297,6 +324,8 @@ func ReadOf(r Read, reply messages.Reply) (Read, error) {
 				IsError: c.IsError, Abandoned: c.Abandoned})
 		}
 		r.Frame = fs
+	case *messages.GetLedgerReply:
+		r.Ledger = LedgerOf(rp)
 	default:
 		return r, fmt.Errorf("upgrade: no read record for %T", reply)
 	}
@@ -306,4 +335,29 @@ func ReadOf(r Read, reply messages.Reply) (Read, error) {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// LedgerOf reduces a GetLedger reply to its record (the scope's version
+// and the server's time left out).
+func LedgerOf(rp *messages.GetLedgerReply) *LedgerRead {
+	l := &LedgerRead{}
+	for _, f := range rp.Frames {
+		row := LedgerRow{Frame: f.Frame, Parent: f.Parent, Goal: f.Goal, Finished: f.Finished, Max: f.Max, Reserved: f.Reserved,
+			Reservation: f.Reservation, Outstanding: f.Outstanding, Actual: f.Actual, Late: f.Late}
+		if f.Status != 0 {
+			row.Status = f.Status.String()
+		}
+		for _, v := range f.Reservations {
+			row.Reservations = append(row.Reservations, LedgerReservation{ID: v.ID, Frame: v.Frame, Path: v.Path, For: v.For,
+				Amount: v.Amount, Ceiling: v.Ceiling, Estimate: v.Estimate, Policy: string(v.Policy), At: v.At, ExpiresAt: v.ExpiresAt,
+				Child: v.Child, Settled: v.Settled, Late: v.Late, Returned: v.Returned, Why: v.Why, Final: v.Final, Renewals: v.Renewals})
+		}
+		l.Frames = append(l.Frames, row)
+	}
+	for _, b := range rp.Bindings {
+		l.Bindings = append(l.Bindings, LedgerBinding{Reservation: b.Reservation, Scope: b.Scope, Frame: b.Frame, Token: b.Token,
+			Root: b.Root, Amount: b.Amount, Ceiling: b.Ceiling, ExpiresAt: b.ExpiresAt, At: b.At, Reported: b.Reported,
+			Final: b.Final, Delivered: b.Delivered, DeliveredFinal: b.DeliveredFinal})
+	}
+	return l
 }

@@ -243,16 +243,7 @@ func (g *gen) muTail() {
 // calibration samples (kappa), a scope's counter (tok-mu, snapshotted
 // while it counted under o200k_base).
 func (g *gen) snapshotsHoldChains() {
-	ctx := context.Background()
-	load := func(scope string) *frames.State {
-		snap, ok, err := g.store.LoadSnapshot(ctx, scope)
-		require.NoError(g.t, err)
-		require.True(g.t, ok, "%s has a snapshot", scope)
-		st, fresh, err := eventstore.DecodeState(scope, snap)
-		require.NoError(g.t, err)
-		require.True(g.t, fresh, "%s's snapshot is of this release's format", scope)
-		return st
-	}
+	load := g.loadSnapshot
 	tombs := 0
 	for _, c := range load(genRetentionScope).Chains {
 		for _, l := range c.Links {
@@ -267,6 +258,19 @@ func (g *gen) snapshotsHoldChains() {
 	require.NotEmpty(g.t, k.LinkRoots)
 	require.NotEmpty(g.t, k.Calibration, "kappa's snapshot holds its calibration sample")
 	require.Equal(g.t, genCounterName, load(genCounterPrefix+"mu").Counter, "tok-mu's snapshot names its counter")
+}
+
+// loadSnapshot decodes scope's latest snapshot, which must be of this
+// release's format.
+func (g *gen) loadSnapshot(scope string) *frames.State {
+	g.t.Helper()
+	snap, ok, err := g.store.LoadSnapshot(context.Background(), scope)
+	require.NoError(g.t, err)
+	require.True(g.t, ok, "%s has a snapshot", scope)
+	st, fresh, err := eventstore.DecodeState(scope, snap)
+	require.NoError(g.t, err)
+	require.True(g.t, fresh, "%s's snapshot is of this release's format", scope)
+	return st
 }
 
 // reads records GetChain from the first and the last link, SearchChain's queries and

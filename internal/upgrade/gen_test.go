@@ -128,28 +128,38 @@ func writeFixture(t *testing.T, dir string) *Manifest {
 	g.retained() // first: the clock jumps past the request horizon after it
 	g.scenario()
 	g.chains()
+	g.ledger()
 
 	g.srv.Stop() // waits for background snapshots and checkpoint signatures
 	g.sys.Shutdown()
 
 	// The tail: bbolt covers the scenario; a last scope is written by a
 	// server that never snapshots (a snapshot makes the store apply the
-	// journal), so its records are in the journal only.
+	// journal), so its records are in the journal only. Its outbox is off:
+	// the ledger's last settlement is left pending (ledgerPending), as a
+	// crash before the delivery leaves it.
 	require.NoError(t, store.Flush(context.Background()))
 	cfg.SnapshotEvery = 1 << 40
 	cfg.Counters = nil // the tok- scopes are recounted under the estimate
+	cfg.OutboxOff = true
 	sys = quietSystem()
 	srv, err = actors.Start(sys, store, cfg)
 	require.NoError(t, err)
 	g.c, g.srv = srv.Client(), srv
 	g.tail()
 	g.muTail()
+	g.ledgerPending()
 	g.reads()
+	g.ledgerReads()
 	srv.Stop()
 	sys.Shutdown()
 	g.snapshotsHoldChains()
+	g.snapshotsHoldLedger()
 	g.m.LastSeq, err = store.LastSeq(context.Background())
 	require.NoError(t, err)
+	g.m.Ledger.OutboxScopes, err = outboxScopes(context.Background(), store)
+	require.NoError(t, err)
+	require.Equal(t, []string{genLedgerPending}, g.m.Ledger.OutboxScopes, "the outbox table lists the scope of the pending settlement alone")
 	// What a crash leaves: the data file and the journal, copied while the
 	// store is open, with acknowledged records not yet applied to bbolt.
 	js := store.JournalStats()
@@ -158,8 +168,9 @@ func writeFixture(t *testing.T, dir string) *Manifest {
 	require.NoError(t, copyFile(filepath.Join(data, dbFile), filepath.Join(live, dbFile)))
 	jdir := filepath.Join(data, filepath.Base(eventstore.JournalDir(dbFile)))
 	require.NoError(t, copyDir(jdir, eventstore.JournalDir(filepath.Join(live, dbFile))))
-	require.NoError(t, store.Close())
 	g.m.ClockEnd = clk.last()
+	g.ledgerDelivered(cfg) // after the copy: the scratch store alone sees it
+	require.NoError(t, store.Close())
 	b, err := g.m.Encode()
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ManifestFile), b, 0o644))

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/hex"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stateindex/stateindex/eventstore"
 )
 
 // The data directory's files, named as stateindex serve names them
@@ -120,4 +123,18 @@ func copyFile(dst, src string) error {
 		return err
 	}
 	return os.WriteFile(dst, b, 0o600)
+}
+
+// outboxTable is the store's table of the scopes that may have a pending
+// settlement (actors/outbox.go).
+const outboxTable = "outbox"
+
+// outboxScopes lists the scopes the store's outbox table names.
+func outboxScopes(ctx context.Context, store eventstore.Tables) ([]string, error) {
+	var out []string
+	err := store.TableScan(ctx, outboxTable, nil, nil, false, func(k, _ []byte) (bool, error) {
+		out = append(out, string(k))
+		return true, nil
+	})
+	return out, err
 }

@@ -40,6 +40,21 @@
 // on write replies), written with v4's scenario: the fixture the release of
 // the spend ledger (issue 14) must open.
 //
+// testdata/v6 is the release of issue 14, the spend ledger (reservations,
+// reservation tokens, bindings, the store's outbox table, signed
+// settlements), written before scope key-value state changes formats
+// again: besides v5's scenario, a frame with a spend limit whose
+// reservations are settled by a child's pop, delivered by the outbox from
+// a root in another scope (which reserved in turn for a root in a third),
+// released, expired and returned, left open (its renewed token in the
+// manifest, Ledger.Open), and one left pending: its root finished on a
+// server whose outbox was off, so its scope is in the outbox table. The
+// test checks that the current release's outbox finds and delivers it by
+// itself, charging it once (the frame's row as Ledger says, GetLedger as
+// the writing release answered once it delivered it), and that the open
+// token still binds a root and settles. The outbox's SettleSpend and
+// AckSettlement are recorded as steps with their request ids.
+//
 // A fixture is never regenerated once its release is out: a release that
 // changes a format adds a directory (testdata/v2, ...) and the test runs
 // every one. The manifest's records (Step, Reply) are this package's own,

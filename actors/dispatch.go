@@ -755,6 +755,72 @@ func init() {
 			e.prepare = (*handler).readChainHead
 			return e
 		}(),
+
+		// Scope state (frames/kv.go; actors/state.go).
+		messages.OpChangeState: mutation(
+			func(_ *handler, _ *frames.State, r *messages.ChangeState, hdr frames.Header) (frames.Command, error) {
+				ops, err := stateOps(r.Ops)
+				return &frames.ChangeState{Header: hdr, Ops: ops}, err
+			},
+			func(_ *handler, r *messages.ChangeState, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.StateChanged](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.ChangeStateReply{Result: res, Expired: len(e.Expired)}, nil
+			}),
+
+		messages.OpGetState: read(func(h *handler, st *frames.State, r *messages.GetState) messages.Reply {
+			if err := frames.CheckStateLevel(st, r.FrameID, h.cfg.Frames); err != nil {
+				return failure(r, toWire(err))
+			}
+			now := h.cfg.Clock().UnixNano()
+			found, missing, err := frames.GetState(st, r.FrameID, r.Keys, now, h.cfg.Frames)
+			if err != nil {
+				return failure(r, toWire(err))
+			}
+			return &messages.GetStateReply{Result: messages.Result{Version: st.Version}, Entries: found, Missing: missing, Now: now}
+		}),
+
+		messages.OpRangeState: read(func(h *handler, st *frames.State, r *messages.RangeState) messages.Reply {
+			if err := frames.CheckStateLevel(st, r.FrameID, h.cfg.Frames); err != nil {
+				return failure(r, toWire(err))
+			}
+			limit := r.Limit
+			if limit == 0 {
+				limit = defaultRangeLimit
+			}
+			now := h.cfg.Clock().UnixNano()
+			es, next, size, err := frames.RangeState(st, r.FrameID, r.Prefix, r.After, limit, now, h.cfg.Frames)
+			if err != nil {
+				return failure(r, toWire(err))
+			}
+			return &messages.RangeStateReply{Result: messages.Result{Version: st.Version}, Entries: es, Next: next, Size: size, Now: now}
+		}),
+
+		messages.OpStateHistory: readOrJob((*handler).stateHistory),
+
+		// ExpireState decides no events when nothing has expired: it then
+		// writes nothing (mutate) and answers Removed 0.
+		messages.OpExpireState: opEntry{
+			decide: func(_ *handler, _ *frames.State, req messages.Request, hdr frames.Header) (frames.Command, error) {
+				if _, ok := req.(*messages.ExpireState); !ok {
+					return nil, errUnknown(req)
+				}
+				return &frames.ExpireState{Header: hdr}, nil
+			},
+			reply: func(_ *handler, req messages.Request, evs []frames.Event, version int64) (messages.Reply, error) {
+				out := &messages.ExpireStateReply{Result: messages.Result{Version: version}}
+				if len(evs) > 0 {
+					e, err := first[*frames.StateExpired](req, evs)
+					if err != nil {
+						return nil, err
+					}
+					out.Removed = len(e.Keys)
+				}
+				return out, nil
+			},
+		},
 	}
 }
 

@@ -63,6 +63,10 @@ var (
 	ErrReservationBound    = messages.ErrReservationBound
 	ErrReservationInvalid  = messages.ErrReservationInvalid
 	ErrTooManyReservations = messages.ErrTooManyReservations
+	// Scope state's (messages.CodeStateTooLarge and the rest).
+	ErrStateTooLarge    = messages.ErrStateTooLarge
+	ErrStateConflict    = messages.ErrStateConflict
+	ErrStateKeyNotFound = messages.ErrStateKeyNotFound
 	// ErrTimeout: the reply did not arrive before the deadline. For a
 	// mutating request the outcome is unknown: resend it with the same
 	// request id, which applies it at most once.
@@ -89,6 +93,9 @@ var errorTable = []struct {
 	{frames.ErrReservationBound, messages.CodeReservationBound},
 	{frames.ErrReservationForeign, messages.CodeReservationInvalid},
 	{frames.ErrTooManyReservations, messages.CodeTooManyReservations},
+	{frames.ErrStateTooLarge, messages.CodeStateTooLarge},
+	{frames.ErrStateConflict, messages.CodeStateConflict},
+	{frames.ErrStateKeyNotFound, messages.CodeStateKeyNotFound},
 	{frames.ErrDuplicateID, messages.CodeDuplicateID},
 	{frames.ErrMaxDepthExceeded, messages.CodeMaxDepthExceeded},
 	{frames.ErrFrameNotLive, messages.CodeFrameNotLive},

@@ -347,6 +347,13 @@ func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, inf
 	if err != nil {
 		return replied(failure(req, toWire(err)))
 	}
+	if len(evs) == 0 { // decided, with nothing to write (ExpireState finding nothing)
+		r, err := d.reply(h, req, nil, st.Version)
+		if err != nil {
+			return replied(failure(req, toWire(err)))
+		}
+		return replied(r)
+	}
 	w, err := h.begin(req, e, evs)
 	if err != nil {
 		return replied(failure(req, toWire(err)))

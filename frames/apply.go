@@ -61,6 +61,10 @@ func Apply(s *State, e Event) error {
 		err = applyDestroyed(s, ev, version)
 	case *CounterChanged:
 		err = applyCounterChanged(s, ev)
+	case *StateChanged:
+		err = applyStateChanged(s, ev, version)
+	case *StateExpired:
+		err = applyStateExpired(s, ev)
 	case *SpendReserved:
 		err = applySpendReserved(s, ev)
 	case *SpendReturned:
@@ -286,6 +290,7 @@ func applyPopped(s *State, e *FramePopped) error {
 		return err
 	}
 	ledgerPopped(s, f, e)
+	s.kvFrameEnded(f, e.ContinuedTo)
 	s.unref(f.Handles...) // a finished frame's handles are no longer live
 	s.Finished++
 	s.pruneTokens(e.At)
@@ -581,7 +586,8 @@ func applyDestroyed(s *State, e *ScopeDestroyed, version int64) error {
 			return inconsistent("scope destroyed cancelling %q where %q is live", e.Cancelled[i], id)
 		}
 	}
-	ledgerDestroyed(s) // reservations and the outbox outlive the frames
+	ledgerDestroyed(s)                     // reservations and the outbox outlive the frames
+	s.KV, s.KVBytes, s.carry = nil, 0, nil // the scope's state ends with it
 	s.Frames, s.Order, s.Tokens, s.Abandoned = map[string]*Frame{}, nil, map[string]*TokenRecord{}, nil
 	s.Content = nil // no live handle is left to refer to stored content
 	s.Chains, s.LinkRoots = nil, nil

@@ -691,6 +691,7 @@ func applyLinkPushed(s *State, e *FramePushed, version int64) error {
 		c.Input = cloneBytes(c.Input)
 		f.ToolCalls = append(f.ToolCalls, c)
 	}
+	s.kvLinkPushed(f) // the key-value state its predecessor carried
 	s.Frames[e.Frame] = f
 	s.Order = append(s.Order, e.Frame)
 	s.commitChainPush(e, version)

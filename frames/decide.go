@@ -69,6 +69,10 @@ func Decide(cfg Config, s *State, cmd Command) ([]Event, error) {
 		evs, err = d.resumeChain(c)
 	case *ChangeCounter:
 		evs, err = d.changeCounter(c)
+	case *ChangeState:
+		evs, err = d.changeState(c)
+	case *ExpireState:
+		evs, err = d.expireState(c)
 	case *ReserveSpend:
 		evs, err = d.reserveSpend(c)
 	case *RenewReservation:

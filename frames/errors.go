@@ -44,6 +44,10 @@ var (
 	ErrReservationBound    = errors.New("frames: reservation already bound")
 	ErrReservationForeign  = errors.New("frames: reservation of another scope or frame")
 	ErrTooManyReservations = errors.New("frames: too many open reservations")
+	// The scope state's (kv.go).
+	ErrStateTooLarge    = errors.New("frames: state too large")
+	ErrStateConflict    = errors.New("frames: state key not at the expected version")
+	ErrStateKeyNotFound = errors.New("frames: state key not found")
 )
 
 // ErrFrameSuspended: the frame is suspended and the operation needs it

@@ -81,6 +81,10 @@ func NewEvent(eventType string) (Event, error) {
 		return &ContentStored{}, nil
 	case TypeCounterChanged:
 		return &CounterChanged{}, nil
+	case TypeStateChanged:
+		return &StateChanged{}, nil
+	case TypeStateExpired:
+		return &StateExpired{}, nil
 	case TypeSpendReserved:
 		return &SpendReserved{}, nil
 	case TypeSpendReturned:

@@ -170,7 +170,48 @@ func CheckInvariants(s *State) error {
 	if err := checkLedgerInvariants(s); err != nil {
 		return err
 	}
+	if err := checkKVInvariants(s); err != nil {
+		return err
+	}
 	return checkContentInvariants(s)
+}
+
+// checkKVInvariants: KVBytes is what the scope's state counts (both levels,
+// a continuation's carried state included); every entry was written at or
+// before the state's version, and holds a value or a list, not both; a
+// finished frame holds none.
+func checkKVInvariants(s *State) error {
+	var total int64
+	check := func(where string, m map[string]*KVEntry) error {
+		for key, e := range m {
+			if e == nil || e.Version <= 0 || e.Version > s.Version || (!e.List && e.Items != nil) || (e.List && e.Value != nil) ||
+				e.TTL < 0 || (e.Sliding && e.TTL == 0) {
+				return fmt.Errorf("%w: state key %q of %s: %+v", ErrInvariantViolation, key, where, e)
+			}
+			total += kvSize(key, e)
+		}
+		return nil
+	}
+	if err := check("the scope", s.KV); err != nil {
+		return err
+	}
+	for id, f := range s.Frames {
+		if !f.Status.Live() && f.KV != nil {
+			return fmt.Errorf("%w: finished frame %q holds state", ErrInvariantViolation, id)
+		}
+		if err := check("frame "+id, f.KV); err != nil {
+			return err
+		}
+	}
+	if s.carry != nil {
+		if err := check("a continuation's carry", s.carry.kv); err != nil {
+			return err
+		}
+	}
+	if total != s.KVBytes {
+		return fmt.Errorf("%w: the scope's state counts %d bytes, its entries %d", ErrInvariantViolation, s.KVBytes, total)
+	}
+	return nil
 }
 
 // checkLedgerInvariants: every live frame's Outstanding is what its

@@ -112,11 +112,19 @@ type State struct {
 	// of settlements (see ledger.go). Absent from older snapshots.
 	Reservations map[string]*Reservation `msgpack:"rsv,omitempty"`
 	Bindings     map[string]*Binding     `msgpack:"bnd,omitempty"`
+	// KV is the scope's own key-value state and KVBytes what the scope's
+	// state, both levels (frames' KV too), counts against MaxStateBytes
+	// (see kv.go). Absent from older snapshots.
+	KV      map[string]*KVEntry `msgpack:"kv,omitempty"`
+	KVBytes int64               `msgpack:"kvb,omitempty"`
 	// KeepFinished makes the fold keep finished frames (and children
 	// lists): the whole history, for tools and checks. Never encoded.
 	KeepFinished bool `msgpack:"-"`
 
 	history History
+	// carry is a continued frame's key-value state between its pop and its
+	// continuation's push, two events of one append (kv.go).
+	carry *kvCarry
 }
 
 // NewState returns the empty projection of scope (a scope with no events)
@@ -325,6 +333,7 @@ func (s *State) Clone() *State {
 	s.cloneChains(&c)
 	c.Calibration = append([]CalibrationSample(nil), s.Calibration...)
 	cloneLedger(s, &c)
+	c.KV, c.carry = cloneKV(s.KV), nil
 	c.Abandoned = nil
 	for _, a := range s.Abandoned {
 		a.Call.Input = cloneBytes(a.Call.Input)

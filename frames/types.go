@@ -211,6 +211,9 @@ type Frame struct {
 	// what the frame's own reservations hold (see Reservation.Held).
 	Reservation string `msgpack:"rv,omitempty"`
 	Outstanding int64  `msgpack:"so,omitempty"`
+	// KV is the frame's key-value state: it ends with the frame and moves
+	// to a continuation with it (kv.go).
+	KV map[string]*KVEntry `msgpack:"kv,omitempty"`
 
 	handleIdx map[string]int // id -> index in Handles; rebuilt when stale
 }
@@ -295,6 +298,7 @@ func (f *Frame) Clone() *Frame {
 	c.Results = append([]ResultRef(nil), f.Results...)
 	c.Children = append([]string(nil), f.Children...)
 	c.Freed = append([]int64(nil), f.Freed...)
+	c.KV = cloneKV(f.KV)
 	if f.Suspension != nil {
 		s := *f.Suspension
 		if s.Limit != nil {

@@ -41,6 +41,12 @@ type Config struct {
 	// (micro-units, positive with that policy).
 	Unestimated    EstimatePolicy
 	UnestimatedCap int64
+	// MaxStateBytes bounds one scope's key-value state (both levels, as
+	// KVSize counts it), MaxStateValueBytes one key's value (a list: all
+	// its items) and MaxStateKeyBytes a key (kv.go).
+	MaxStateBytes      int
+	MaxStateValueBytes int
+	MaxStateKeyBytes   int
 }
 
 // DefaultConfig returns the limits of DESIGN §6.
@@ -60,13 +66,18 @@ func DefaultConfig() Config {
 		ResumeCeiling:        DefaultResumeCeiling,
 		CalibrationSamples:   DefaultCalibrationSamples,
 		CalibrationMargin:    DefaultCalibrationMargin,
+
+		MaxStateBytes:      DefaultMaxStateBytes,
+		MaxStateValueBytes: DefaultMaxStateValueBytes,
+		MaxStateKeyBytes:   DefaultMaxStateKeyBytes,
 	}
 }
 
 // Validate checks that every bound is positive.
 func (c Config) Validate() error {
 	for _, v := range []int64{int64(c.MaxScopeBytes), int64(c.MaxIDBytes), int64(c.MaxGoalBytes), int64(c.MaxInputsBytes),
-		int64(c.MaxContentBytes), int64(c.MaxNameBytes), c.MaxDepth, int64(c.MaxHandlesPerFrame)} {
+		int64(c.MaxContentBytes), int64(c.MaxNameBytes), c.MaxDepth, int64(c.MaxHandlesPerFrame),
+		int64(c.MaxStateBytes), int64(c.MaxStateValueBytes), int64(c.MaxStateKeyBytes)} {
 		if v <= 0 {
 			return invalid("config bounds must be positive: %+v", c)
 		}

@@ -57,6 +57,14 @@ const (
 	CodeReservationBound    Code = "reservation_bound"
 	CodeReservationInvalid  Code = "reservation_invalid"
 	CodeTooManyReservations Code = "too_many_reservations"
+	// Scope state's. CodeStateTooLarge: a write would take a value or the
+	// scope's state past its limit (the message names the key, the size
+	// and the limit); CodeStateConflict: a conditional write found the key
+	// at another version (the message names both); CodeStateKeyNotFound: a
+	// touch of an absent key.
+	CodeStateTooLarge    Code = "state_too_large"
+	CodeStateConflict    Code = "state_conflict"
+	CodeStateKeyNotFound Code = "state_key_not_found"
 )
 
 // Error is the typed error every reply can carry. It is an error value, so
@@ -137,4 +145,7 @@ var (
 	ErrReservationBound      = &Error{Code: CodeReservationBound}
 	ErrReservationInvalid    = &Error{Code: CodeReservationInvalid}
 	ErrTooManyReservations   = &Error{Code: CodeTooManyReservations}
+	ErrStateTooLarge         = &Error{Code: CodeStateTooLarge}
+	ErrStateConflict         = &Error{Code: CodeStateConflict}
+	ErrStateKeyNotFound      = &Error{Code: CodeStateKeyNotFound}
 )

@@ -40,6 +40,11 @@ const (
 	OpSettleSpend
 	OpAckSettlement
 	OpGetLedger
+	OpChangeState
+	OpGetState
+	OpRangeState
+	OpStateHistory
+	OpExpireState
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -136,6 +141,16 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(AckSettlement) }, NewReply: func() Reply { return new(AckSettlementReply) }},
 	OpGetLedger: {Name: "GetLedger", ReplyName: "GetLedgerReply",
 		NewRequest: func() Request { return new(GetLedger) }, NewReply: func() Reply { return new(GetLedgerReply) }},
+	OpChangeState: {Name: "ChangeState", ReplyName: "ChangeStateReply", Mutates: true,
+		NewRequest: func() Request { return new(ChangeState) }, NewReply: func() Reply { return new(ChangeStateReply) }},
+	OpGetState: {Name: "GetState", ReplyName: "GetStateReply",
+		NewRequest: func() Request { return new(GetState) }, NewReply: func() Reply { return new(GetStateReply) }},
+	OpRangeState: {Name: "RangeState", ReplyName: "RangeStateReply",
+		NewRequest: func() Request { return new(RangeState) }, NewReply: func() Reply { return new(RangeStateReply) }},
+	OpStateHistory: {Name: "StateHistory", ReplyName: "StateHistoryReply",
+		NewRequest: func() Request { return new(StateHistory) }, NewReply: func() Reply { return new(StateHistoryReply) }},
+	OpExpireState: {Name: "ExpireState", ReplyName: "ExpireStateReply", Mutates: true,
+		NewRequest: func() Request { return new(ExpireState) }, NewReply: func() Reply { return new(ExpireStateReply) }},
 }
 
 func init() {

@@ -600,15 +600,55 @@ func (s *State) NextStateExpiry() int64 {
 	return next
 }
 
-// removeKV removes key from a level, keeping KVBytes in step.
-func (s *State) removeKV(m map[string]*KVEntry, key string) {
-	if e := m[key]; e != nil {
-		s.KVBytes -= kvSize(key, e)
+// kvUndo is what the application of a state event changed so far: Apply
+// leaves the state as it was when a later part of the event turns out
+// inconsistent (a corrupt or forged log), so what the earlier parts did is
+// put back.
+type kvUndo struct {
+	bytes int64 // KVBytes before the event
+	prev  []kvPrev
+}
+
+// kvPrev is an entry as it was before the event replaced it.
+type kvPrev struct {
+	m   map[string]*KVEntry
+	key string
+	e   *KVEntry // nil: absent
+}
+
+// putKV sets key of level m to e (nil: removes it), keeping KVBytes in
+// step and recording in u what it replaced.
+func (s *State) putKV(u *kvUndo, m map[string]*KVEntry, key string, e *KVEntry) {
+	old := m[key]
+	u.prev = append(u.prev, kvPrev{m: m, key: key, e: old})
+	if old != nil {
+		s.KVBytes -= kvSize(key, old)
 		delete(m, key)
+	}
+	if e != nil {
+		m[key] = e
+		s.KVBytes += kvSize(key, e)
 	}
 }
 
-func (s *State) removeExpired(keys []ExpiredKey) error {
+// endKV ends a state event's application: on an error, what it changed is
+// put back, newest first; either way empty levels are left nil.
+func (s *State) endKV(u *kvUndo, err error) {
+	if err != nil {
+		for i := len(u.prev) - 1; i >= 0; i-- {
+			p := u.prev[i]
+			if p.e == nil {
+				delete(p.m, p.key)
+			} else {
+				p.m[p.key] = p.e
+			}
+		}
+		s.KVBytes = u.bytes
+	}
+	s.dropEmptyKV()
+}
+
+func (s *State) removeExpired(u *kvUndo, keys []ExpiredKey) error {
 	for _, x := range keys {
 		m, err := s.kvLevel(x.Frame, false)
 		if err != nil {
@@ -618,13 +658,15 @@ func (s *State) removeExpired(keys []ExpiredKey) error {
 		if e == nil || e.Version != x.Version {
 			return inconsistent("expired key %q of %q at version %d", x.Key, x.Frame, x.Version)
 		}
-		s.removeKV(m, x.Key)
+		s.putKV(u, m, x.Key, nil)
 	}
 	return nil
 }
 
-func applyStateChanged(s *State, e *StateChanged, version int64) error {
-	if err := s.removeExpired(e.Expired); err != nil {
+func applyStateChanged(s *State, e *StateChanged, version int64) (err error) {
+	u := &kvUndo{bytes: s.KVBytes}
+	defer func() { s.endKV(u, err) }()
+	if err := s.removeExpired(u, e.Expired); err != nil {
 		return err
 	}
 	for _, ch := range e.Changes {
@@ -638,10 +680,10 @@ func applyStateChanged(s *State, e *StateChanged, version int64) error {
 				if m[key] == nil {
 					return inconsistent("clear of %q, which is absent", key)
 				}
-				s.removeKV(m, key)
+				s.putKV(u, m, key, nil)
 			}
 		case StateDelete:
-			s.removeKV(m, ch.Key)
+			s.putKV(u, m, ch.Key, nil)
 		case StateSet, StatePush, StateTouch:
 			cur := m[ch.Key]
 			next := &KVEntry{Version: version, ExpiresAt: ch.ExpiresAt, TTL: ch.TTL, Sliding: ch.Sliding}
@@ -669,28 +711,21 @@ func applyStateChanged(s *State, e *StateChanged, version int64) error {
 				}
 				next.Value, next.Items, next.List = cur.Value, cur.Items, cur.List
 			}
-			if cur != nil {
-				s.KVBytes -= kvSize(ch.Key, cur)
-			}
-			m[ch.Key] = next
-			s.KVBytes += kvSize(ch.Key, next)
+			s.putKV(u, m, ch.Key, next)
 		default:
 			return inconsistent("state change %q", ch.Kind)
 		}
 	}
-	s.dropEmptyKV()
 	return nil
 }
 
-func applyStateExpired(s *State, e *StateExpired) error {
+func applyStateExpired(s *State, e *StateExpired) (err error) {
 	if len(e.Keys) == 0 {
 		return inconsistent("state expired with no keys")
 	}
-	if err := s.removeExpired(e.Keys); err != nil {
-		return err
-	}
-	s.dropEmptyKV()
-	return nil
+	u := &kvUndo{bytes: s.KVBytes}
+	defer func() { s.endKV(u, err) }()
+	return s.removeExpired(u, e.Keys)
 }
 
 // dropEmptyKV leaves empty maps nil, as a snapshot decodes them.

@@ -686,6 +686,14 @@ func TestStateApplyChecksEvents(t *testing.T) {
 		"a change removing absent keys":    &frames.StateChanged{Meta: meta, Expired: []frames.ExpiredKey{{Key: "ghost", Version: v}}, Changes: []frames.StateChange{{Kind: "set", Key: "k"}}},
 		"a change of another scope":        &frames.StateChanged{Meta: frames.Meta{Scope: "other", At: 1}, Changes: []frames.StateChange{{Kind: "set", Key: "k"}}},
 		"an expiry of another level's key": &frames.StateExpired{Meta: meta, Keys: []frames.ExpiredKey{{Frame: "r", Key: "t", Version: v}}},
+		// A consistent part first, then an inconsistent one: nothing of
+		// the first part may stay.
+		"a set, then a push onto a value": &frames.StateChanged{Meta: meta, Changes: []frames.StateChange{
+			{Kind: "set", Key: "new", Value: []byte("n")}, {Kind: "delete", Key: "l"}, {Kind: "set", Frame: "r", Key: "f", Value: []byte("f")},
+			{Kind: "push", Key: "v", Item: []byte("x")}}},
+		"an expiry, then a bad change": &frames.StateChanged{Meta: meta, Expired: []frames.ExpiredKey{{Key: "t", Version: v}},
+			Changes: []frames.StateChange{{Kind: "clear", Keys: []string{"v", "ghost"}}}},
+		"an expiry, then a bad one": &frames.StateExpired{Meta: meta, Keys: []frames.ExpiredKey{{Key: "t", Version: v}, {Key: "v", Version: v + 1}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			before := w.s.Clone()

@@ -61,7 +61,7 @@ func genCommand(t *rapid.T, s *frames.State, hdr frames.Header, n int) frames.Co
 		}
 		return &cl
 	}
-	switch rapid.IntRange(0, 16).Draw(t, "op") {
+	switch rapid.IntRange(0, 18).Draw(t, "op") {
 	case 0, 1:
 		parent := ""
 		if rapid.Bool().Draw(t, "child") {
@@ -151,12 +151,46 @@ func genCommand(t *rapid.T, s *frames.State, hdr frames.Header, n int) frames.Co
 			through = rapid.Int64Range(0, b.Reported).Draw(t, "through")
 		}
 		return &frames.AckSettlement{Header: hdr, ReservationID: id, Through: through, Final: rapid.Bool().Draw(t, "ackfinal")}
+	case 17:
+		// Scope state at the scope's level or a frame's (frames pop,
+		// cascade and are destroyed around it), sometimes conditional,
+		// sometimes with a short TTL that ExpireState or a later change
+		// removes.
+		ops := make([]frames.StateOp, rapid.IntRange(1, 3).Draw(t, "nstate"))
+		for i := range ops {
+			op := frames.StateOp{Kind: rapid.SampledFrom([]string{frames.StateSet, frames.StatePush, frames.StateDelete, frames.StateTouch, frames.StateClear}).Draw(t, "statekind"),
+				Key: rapid.SampledFrom([]string{"k1", "k2", "l/1"}).Draw(t, "statekey")}
+			if rapid.Bool().Draw(t, "framelevel") {
+				op.Frame = frame()
+			}
+			switch op.Kind {
+			case frames.StateClear:
+				op.Key, op.Prefix = "", rapid.SampledFrom([]string{"", "l/"}).Draw(t, "stateprefix")
+			case frames.StateSet, frames.StatePush:
+				op.Value = []byte(rapid.SampledFrom([]string{"", "v", "a longer value"}).Draw(t, "statevalue"))
+			}
+			if op.Kind == frames.StatePush {
+				op.Keep = rapid.Int64Range(0, 3).Draw(t, "statekeep")
+			}
+			if op.Kind != frames.StateClear && rapid.IntRange(0, 3).Draw(t, "stateconditional") == 0 {
+				v := rapid.Int64Range(0, s.Version+1).Draw(t, "stateversion")
+				op.IfVersion = &v
+			}
+			if op.Kind != frames.StateClear && op.Kind != frames.StateDelete && rapid.IntRange(0, 3).Draw(t, "statettl") == 0 {
+				op.TTL, op.Sliding = rapid.Int64Range(1, 60).Draw(t, "statettlns"), rapid.Bool().Draw(t, "statesliding")
+			}
+			ops[i] = op
+		}
+		return &frames.ChangeState{Header: hdr, Ops: ops}
+	case 18:
+		return &frames.ExpireState{Header: hdr}
 	default:
 		return &frames.AddResult{Header: hdr, FrameID: frame(), Result: frames.ResultRef{ID: fmt.Sprintf("r%d", n), Kind: "file", Ref: "/tmp/x"}}
 	}
 }
 
-// Random command sequences (the spend ledger's operations among them):
+// Random command sequences (the spend ledger's operations and scope state
+// among them):
 // every accepted command's events apply cleanly,
 // every invariant holds after every event, rejected commands change nothing,
 // and replaying the log yields the same state.

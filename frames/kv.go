@@ -685,6 +685,9 @@ func applyStateChanged(s *State, e *StateChanged, version int64) (err error) {
 		case StateDelete:
 			s.putKV(u, m, ch.Key, nil)
 		case StateSet, StatePush, StateTouch:
+			if ch.TTL < 0 || (ch.Sliding && ch.TTL == 0) {
+				return inconsistent("%s of %q with TTL %d (sliding: %v)", ch.Kind, ch.Key, ch.TTL, ch.Sliding)
+			}
 			cur := m[ch.Key]
 			next := &KVEntry{Version: version, ExpiresAt: ch.ExpiresAt, TTL: ch.TTL, Sliding: ch.Sliding}
 			switch ch.Kind {

@@ -693,6 +693,8 @@ func TestStateApplyChecksEvents(t *testing.T) {
 			{Kind: "push", Key: "v", Item: []byte("x")}}},
 		"an expiry, then a bad change": &frames.StateChanged{Meta: meta, Expired: []frames.ExpiredKey{{Key: "t", Version: v}},
 			Changes: []frames.StateChange{{Kind: "clear", Keys: []string{"v", "ghost"}}}},
+		"a negative TTL":            &frames.StateChanged{Meta: meta, Changes: []frames.StateChange{{Kind: "set", Key: "k", TTL: -18, ExpiresAt: 5}}},
+		"sliding without a TTL":     &frames.StateChanged{Meta: meta, Changes: []frames.StateChange{{Kind: "touch", Key: "v", Sliding: true}}},
 		"an expiry, then a bad one": &frames.StateExpired{Meta: meta, Keys: []frames.ExpiredKey{{Key: "t", Version: v}, {Key: "v", Version: v + 1}}},
 	} {
 		t.Run(name, func(t *testing.T) {

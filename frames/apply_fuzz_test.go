@@ -96,7 +96,7 @@ func (p *program) event(s *frames.State, now int64) frames.Event {
 	if fr := s.Frames[f]; fr != nil && fr.Suspension != nil && p.intn(2) == 0 {
 		tok = fr.Suspension.TokenID
 	}
-	switch p.intn(12) {
+	switch p.intn(14) {
 	case 0:
 		parent := ""
 		depth := int64(0)
@@ -166,10 +166,68 @@ func (p *program) event(s *frames.State, now int64) frames.Event {
 		return &frames.UsageRecorded{Meta: m, Cost: p.cost()}
 	case 10:
 		return &frames.ToolStarted{Meta: m, CallID: fmt.Sprintf("c%d", p.intn(4)), Name: "tool"}
+	case 12:
+		e := &frames.StateChanged{Meta: m, Expired: p.expiredKeys(s, f, p.intn(3))}
+		for range p.intn(4) {
+			ch := frames.StateChange{Kind: []string{"set", "push", "delete", "touch", "clear", "bogus"}[p.intn(6)], Key: p.stateKey(s, f),
+				Value: []byte("v")[:p.intn(2)], Item: []byte("item")[:p.intn(5)], Trim: int64(p.intn(4)) - 1,
+				ExpiresAt: p.amount(), TTL: p.amount() * int64(p.intn(2)), Sliding: p.intn(2) == 0}
+			if p.intn(2) == 0 {
+				ch.Frame = f
+			}
+			if ch.Kind == "clear" {
+				for range p.intn(3) {
+					ch.Keys = append(ch.Keys, p.stateKey(s, ch.Frame))
+				}
+			}
+			e.Changes = append(e.Changes, ch)
+		}
+		return e
+	case 13:
+		return &frames.StateExpired{Meta: m, Keys: p.expiredKeys(s, f, p.intn(4))}
 	default:
 		return &frames.ToolFinished{Meta: m, CallID: fmt.Sprintf("c%d", p.intn(4)), IsError: p.intn(2) == 0,
 			CallHandle: p.handle(s, f), ResultHandle: p.handle(s, f)}
 	}
+}
+
+// stateKey names a key of frame's level ("" the scope's) that the state
+// holds, or another.
+func (p *program) stateKey(s *frames.State, frame string) string {
+	kv := s.KV
+	if f := s.Frames[frame]; frame != "" && f != nil {
+		kv = f.KV
+	}
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if c := p.intn(len(keys) + 2); c < len(keys) {
+		return keys[c]
+	}
+	return fmt.Sprintf("k%d", p.intn(3))
+}
+
+// expiredKeys names n keys as expired, at the scope's level or frame's,
+// mostly at the version the state holds them at.
+func (p *program) expiredKeys(s *frames.State, frame string, n int) []frames.ExpiredKey {
+	var out []frames.ExpiredKey
+	for range n {
+		x := frames.ExpiredKey{Key: p.stateKey(s, ""), Version: int64(p.intn(4))}
+		if p.intn(2) == 0 {
+			x.Frame, x.Key = frame, p.stateKey(s, frame)
+		}
+		kv := s.KV
+		if f := s.Frames[x.Frame]; x.Frame != "" && f != nil {
+			kv = f.KV
+		}
+		if e := kv[x.Key]; e != nil && p.intn(4) > 0 {
+			x.Version = e.Version
+		}
+		out = append(out, x)
+	}
+	return out
 }
 
 // command builds a command for Decide from the same choices.
@@ -177,7 +235,7 @@ func (p *program) command(s *frames.State, hdr frames.Header) frames.Command {
 	f := p.frame(s)
 	mint := frames.Mint{TokenID: fmt.Sprintf("m%d", p.n), ExpiresAt: hdr.Now + 1 + int64(p.intn(100))}
 	p.n++
-	switch p.intn(10) {
+	switch p.intn(12) {
 	case 0, 1:
 		parent := ""
 		if p.intn(2) == 0 {
@@ -211,6 +269,25 @@ func (p *program) command(s *frames.State, hdr frames.Header) frames.Command {
 		ch.ID, rh.ID = fmt.Sprintf("hc%d", p.n), fmt.Sprintf("hr%d", p.n)
 		ch.Tokens, rh.Tokens = 1, 2
 		return &frames.FinishToolCall{Header: hdr, FrameID: f, CallID: fmt.Sprintf("c%d", p.intn(4)), CallHandle: ch, ResultHandle: rh}
+	case 10:
+		var ops []frames.StateOp
+		for range 1 + p.intn(3) {
+			op := frames.StateOp{Kind: []string{"set", "push", "delete", "touch", "clear"}[p.intn(5)], Key: fmt.Sprintf("k%d", p.intn(3)),
+				Value: []byte("value")[:p.intn(6)], Keep: int64(p.intn(3)), TTL: int64(p.intn(4)) * 7}
+			if op.TTL > 0 {
+				op.Sliding = p.intn(2) == 0
+			}
+			if p.intn(2) == 0 {
+				op.Frame = f
+			}
+			if op.Kind == "clear" {
+				op = frames.StateOp{Kind: "clear", Frame: op.Frame}
+			}
+			ops = append(ops, op)
+		}
+		return &frames.ChangeState{Header: hdr, Ops: ops}
+	case 11:
+		return &frames.ExpireState{Header: hdr}
 	default:
 		var removed []string
 		if fr := s.Frames[f]; fr != nil {

@@ -265,6 +265,59 @@ func TestHostileInputCatalogue(t *testing.T) {
 		return err
 	}
 
+	// Scope state: a value, a list holding a 300 KiB item and a key of
+	// root's level here; a scope of its own filled close to its 1 MiB
+	// limit (two 500 KiB values: 24,504 bytes left), with a live frame.
+	const fullScope = "bad-state-full"
+	kv, err := c.ChangeState(ctx, &messages.ChangeState{Header: mut(s), Ops: []messages.StateOp{
+		{Kind: "set", Key: "plan", Value: []byte("v1")},
+		{Kind: "push", Key: "log", Value: bytes.Repeat([]byte("l"), 300<<10)},
+		{Kind: "set", FrameID: root, Key: "req", Value: []byte("r")},
+	}})
+	require.NoError(t, err)
+	for _, k := range []string{"big1", "big2"} {
+		_, err := c.ChangeState(ctx, &messages.ChangeState{Header: mut(fullScope), Ops: []messages.StateOp{{Kind: "set", Key: k, Value: make([]byte, 500<<10)}}})
+		require.NoError(t, err)
+	}
+	fullFrame := push(t, c, fullScope, "", 10)
+	change := func(scope string, ops ...messages.StateOp) error {
+		_, err := c.ChangeState(ctx, &messages.ChangeState{Header: mut(scope), Ops: ops})
+		return err
+	}
+	getState := func(frame string, keys ...string) error {
+		_, err := c.GetState(ctx, &messages.GetState{Header: messages.Header{Scope: s}, FrameID: frame, Keys: keys})
+		return err
+	}
+	rangeState := func(r messages.RangeState) error {
+		r.Header = messages.Header{Scope: s}
+		_, err := c.RangeState(ctx, &r)
+		return err
+	}
+	history := func(r messages.StateHistory) error {
+		r.Header = messages.Header{Scope: s}
+		_, err := c.StateHistory(ctx, &r)
+		return err
+	}
+	// says checks that a refusal's message names each of parts.
+	says := func(err error, parts ...string) error {
+		var me *messages.Error
+		if errorsAs(err, &me) {
+			for _, p := range parts {
+				assert.Contains(t, me.Message, p)
+			}
+		}
+		return err
+	}
+	manyOps := make([]messages.StateOp, frames.MaxStateOps+1)
+	for i := range manyOps {
+		manyOps[i] = messages.StateOp{Kind: "set", Key: fmt.Sprintf("k%d", i), Value: []byte("v")}
+	}
+	manyKeys := make([]string, frames.MaxStateOps+1)
+	for i := range manyKeys {
+		manyKeys[i] = fmt.Sprintf("k%d", i)
+	}
+	longKey := strings.Repeat("k", frames.DefaultMaxStateKeyBytes+1)
+
 	type tc struct {
 		name string
 		call func() error
@@ -1157,6 +1210,134 @@ func TestHostileInputCatalogue(t *testing.T) {
 			return err
 		}, actors.ErrInvalidArgument, nil},
 
+		// Scope state: keys, values, the limits, conditions, the
+		// operations' fields, levels, and the reads' keys, prefixes,
+		// cursors and bounds.
+		{"state: an oversized key", func() error {
+			return says(change(s, messages.StateOp{Kind: "set", Key: longKey, Value: []byte("v")}), "513 bytes", "the limit is 512")
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a key of invalid UTF-8", func() error {
+			return says(change(s, messages.StateOp{Kind: "set", Key: "a\xffb", Value: []byte("v")}), "not valid UTF-8")
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a key with NUL", func() error {
+			return says(change(s, messages.StateOp{Kind: "push", Key: "a\x00b", Value: []byte("v")}), "contains NUL")
+		}, actors.ErrInvalidArgument, nil},
+		{"state: an empty key", func() error {
+			return says(change(s, messages.StateOp{Kind: "delete"}), "an empty state key")
+		}, actors.ErrInvalidArgument, nil},
+		{"state: an oversized value", func() error {
+			return says(change(s, messages.StateOp{Kind: "set", Key: "huge", Value: make([]byte, frames.DefaultMaxStateValueBytes+1)}),
+				`key "huge"`, fmt.Sprint(frames.DefaultMaxStateValueBytes+1), fmt.Sprint(frames.DefaultMaxStateValueBytes))
+		}, actors.ErrStateTooLarge, nil},
+		{"state: an oversized value at a frame's level", func() error {
+			return says(change(s, messages.StateOp{Kind: "set", FrameID: root, Key: "req", Value: make([]byte, frames.DefaultMaxStateValueBytes+1)}),
+				`key "req" of frame "`+root+`"`)
+		}, actors.ErrStateTooLarge, nil},
+		{"state: a list pushed past the value limit", func() error {
+			// 300 KiB + 250 KiB, each item counting 4 more: 563,208 bytes.
+			return says(change(s, messages.StateOp{Kind: "push", Key: "log", Value: bytes.Repeat([]byte("m"), 250<<10)}),
+				`key "log"`, "563208", fmt.Sprint(frames.DefaultMaxStateValueBytes))
+		}, actors.ErrStateTooLarge, nil},
+		{"state: the scope's total past its limit", func() error {
+			// 1,024,072 held + 30 KiB and its key's 4+32.
+			return says(change(fullScope, messages.StateOp{Kind: "set", Key: "more", Value: make([]byte, 30<<10)}),
+				`key "more"`, "the scope's state would be 1054828", fmt.Sprint(frames.DefaultMaxStateBytes))
+		}, actors.ErrStateTooLarge, nil},
+		{"state: the scope's total past its limit at a frame's level", func() error {
+			return says(change(fullScope, messages.StateOp{Kind: "push", FrameID: fullFrame, Key: "more", Value: make([]byte, 30<<10)}),
+				"the scope's state would be")
+		}, actors.ErrStateTooLarge, nil},
+		{"state: a conditional write's conflict", func() error {
+			return says(change(s, messages.StateOp{Kind: "set", Key: "plan", Value: []byte("v2"), IfVersion: ver(kv.Version + 1)}),
+				`"plan"`, fmt.Sprintf("version %d", kv.Version+1), fmt.Sprintf("version %d", kv.Version))
+		}, actors.ErrStateConflict, nil},
+		{"state: a write expecting an absent key", func() error {
+			return change(s, messages.StateOp{Kind: "delete", Key: "plan", IfVersion: ver(0)})
+		}, actors.ErrStateConflict, nil},
+		{"state: a conflict in the last of three operations", func() error {
+			return says(change(s, messages.StateOp{Kind: "set", Key: "plan", Value: []byte("v2")}, messages.StateOp{Kind: "clear"},
+				messages.StateOp{Kind: "push", Key: "log", Value: []byte("x"), IfVersion: ver(1)}), "operation 3 of 3")
+		}, actors.ErrStateConflict, nil},
+		{"state: a negative if_version", func() error {
+			return change(s, messages.StateOp{Kind: "set", Key: "plan", Value: []byte("v2"), IfVersion: ver(-1)})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a TTL below -1", func() error {
+			return change(s, messages.StateOp{Kind: "set", Key: "plan", Value: []byte("v2"), TTLMillis: -2})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: an absurd TTL", func() error {
+			return change(s, messages.StateOp{Kind: "set", Key: "plan", Value: []byte("v2"), TTLMillis: math.MaxInt64})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a TTL past 2^62 ns", func() error {
+			return change(s, messages.StateOp{Kind: "touch", Key: "plan", TTLMillis: math.MaxInt64 / 1_000_000})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: sliding without a TTL", func() error {
+			return change(s, messages.StateOp{Kind: "set", Key: "plan", Value: []byte("v2"), Sliding: true})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a negative keep", func() error {
+			return change(s, messages.StateOp{Kind: "push", Key: "log", Value: []byte("x"), Keep: -1})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a keep over the max", func() error {
+			return change(s, messages.StateOp{Kind: "push", Key: "log", Value: []byte("x"), Keep: frames.MaxPushKeep + 1})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a push onto a value", func() error {
+			return says(change(s, messages.StateOp{Kind: "push", Key: "plan", Value: []byte("x")}), "holds a value")
+		}, actors.ErrInvalidArgument, nil},
+		{"state: an unknown operation", func() error {
+			return says(change(s, messages.StateOp{Kind: "increment", Key: "plan"}), `unknown state operation "increment"`)
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a clear with a key", func() error {
+			return change(s, messages.StateOp{Kind: "clear", Key: "plan"})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a set with a prefix", func() error {
+			return change(s, messages.StateOp{Kind: "set", Key: "plan", Prefix: "p"})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a touch of an absent key", func() error {
+			return change(s, messages.StateOp{Kind: "touch", Key: "ghost"})
+		}, actors.ErrStateKeyNotFound, nil},
+		{"state: no operations", func() error { return change(s) }, actors.ErrInvalidArgument, nil},
+		{"state: 1,001 operations", func() error { return says(change(s, manyOps...), "1001 operations") }, actors.ErrInvalidArgument, nil},
+		{"state: a frame id with NUL", func() error {
+			return change(s, messages.StateOp{Kind: "set", FrameID: root + "\x00", Key: "k"})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: a finished frame's level", func() error {
+			return change(s, messages.StateOp{Kind: "set", FrameID: gone, Key: "k"})
+		}, actors.ErrFrameNotLive, nil},
+		{"state: read a finished frame's level", func() error { return getState(gone, "k") }, actors.ErrFrameNotLive, nil},
+		{"state: a continued frame's level", func() error {
+			return headIs(cont.FrameID)(change(s, messages.StateOp{Kind: "set", FrameID: contOld, Key: "k"}))
+		}, actors.ErrFrameContinued, nil},
+		{"state: a frame of another scope: ChangeState", func() error {
+			return sameAsUnknown(t, otherRoot, func(id string) error {
+				return change(s, messages.StateOp{Kind: "set", FrameID: id, Key: "k", Value: []byte("v")})
+			})
+		}, actors.ErrFrameNotFound, nil},
+		{"state: a frame of another scope: GetState", func() error {
+			return sameAsUnknown(t, otherRoot, func(id string) error { return getState(id, "k") })
+		}, actors.ErrFrameNotFound, nil},
+		{"state: a frame of another scope: RangeState", func() error {
+			return sameAsUnknown(t, otherRoot, func(id string) error { return rangeState(messages.RangeState{FrameID: id}) })
+		}, actors.ErrFrameNotFound, nil},
+		{"state: a frame of another scope: StateHistory", func() error {
+			return sameAsUnknown(t, otherRoot, func(id string) error { return history(messages.StateHistory{FrameID: id, Key: "k"}) })
+		}, actors.ErrFrameNotFound, nil},
+		{"state: get an empty key", func() error { return getState("", "plan", "") }, actors.ErrInvalidArgument, nil},
+		{"state: get a key with NUL", func() error { return getState("", "a\x00") }, actors.ErrInvalidArgument, nil},
+		{"state: get a key of invalid UTF-8", func() error { return getState(root, "\xc3\x28") }, actors.ErrInvalidArgument, nil},
+		{"state: get an oversized key", func() error { return getState("", longKey) }, actors.ErrInvalidArgument, nil},
+		{"state: get 1,001 keys", func() error { return getState("", manyKeys...) }, actors.ErrInvalidArgument, nil},
+		{"state: range with a NUL prefix", func() error { return rangeState(messages.RangeState{Prefix: "p\x00"}) }, actors.ErrInvalidArgument, nil},
+		{"state: range with an oversized prefix", func() error { return rangeState(messages.RangeState{Prefix: longKey}) }, actors.ErrInvalidArgument, nil},
+		{"state: range after a cursor of invalid UTF-8", func() error { return rangeState(messages.RangeState{After: "\xff"}) }, actors.ErrInvalidArgument, nil},
+		{"state: range with a negative limit", func() error { return rangeState(messages.RangeState{Limit: -1}) }, actors.ErrInvalidArgument, nil},
+		{"state: range with a limit of 1,001", func() error { return rangeState(messages.RangeState{Limit: frames.MaxStateOps + 1}) }, actors.ErrInvalidArgument, nil},
+		{"state: history of an empty key", func() error { return history(messages.StateHistory{}) }, actors.ErrInvalidArgument, nil},
+		{"state: history of a key with NUL", func() error { return history(messages.StateHistory{Key: "\x00"}) }, actors.ErrInvalidArgument, nil},
+		{"state: history with a negative limit", func() error { return history(messages.StateHistory{Key: "plan", Limit: -1}) }, actors.ErrInvalidArgument, nil},
+		{"state: history with a limit of 1,001", func() error {
+			return history(messages.StateHistory{Key: "plan", Limit: frames.MaxStateOps + 1})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: history before a negative version", func() error { return history(messages.StateHistory{Key: "plan", Before: -1}) }, actors.ErrInvalidArgument, nil},
+
 		// The data file: a damaged scope, a truncated file, a held file.
 		{"a scope whose log is damaged: read", func() error {
 			_, err := ed.c.GetStack(ctx, &messages.GetStack{Header: messages.Header{Scope: "victim"}})
@@ -1314,6 +1495,25 @@ func TestHostileInputCatalogue(t *testing.T) {
 	require.NoError(t, err, "a damaged scope leaves the others readable")
 	_, err = ed.c.PushFrame(ctx, &messages.PushFrame{Header: mut("healthy"), Goal: "g"})
 	require.NoError(t, err, "and writable")
+	// The scope state the refusals named is as it was: the value and the
+	// list at their version, root's key, the full scope's two values.
+	g, err := c.GetState(ctx, &messages.GetState{Header: messages.Header{Scope: s}, Keys: []string{"plan", "log", "more", "huge"}})
+	require.NoError(t, err)
+	require.Len(t, g.Entries, 2)
+	assert.Equal(t, []byte("v1"), g.Entries[0].Value)
+	assert.Equal(t, kv.Version, g.Entries[0].Version)
+	assert.Len(t, g.Entries[1].Items, 1)
+	assert.Equal(t, kv.Version, g.Entries[1].Version)
+	g, err = c.GetState(ctx, &messages.GetState{Header: messages.Header{Scope: s}, FrameID: root, Keys: []string{"req"}})
+	require.NoError(t, err)
+	require.Len(t, g.Entries, 1)
+	assert.Equal(t, []byte("r"), g.Entries[0].Value)
+	rg, err := c.RangeState(ctx, &messages.RangeState{Header: messages.Header{Scope: fullScope}})
+	require.NoError(t, err)
+	require.Len(t, rg.Entries, 2)
+	assert.Equal(t, int64(2*(4+500<<10+32)), rg.Size.Total)
+	// What was left of the full scope's room still takes a write.
+	require.NoError(t, change(fullScope, messages.StateOp{Kind: "set", Key: "more", Value: make([]byte, 20<<10)}))
 	// The critical-overflow error names the tokens needed.
 	_, err = c.AssembleContextPack(ctx, &messages.AssembleContextPack{Header: messages.Header{Scope: s}, FrameID: root, BudgetTokens: 600})
 	var me *messages.Error

@@ -1288,6 +1288,12 @@ func TestHostileInputCatalogue(t *testing.T) {
 		{"state: a clear with a key", func() error {
 			return change(s, messages.StateOp{Kind: "clear", Key: "plan"})
 		}, actors.ErrInvalidArgument, nil},
+		{"state: a clear sliding", func() error {
+			return change(s, messages.StateOp{Kind: "clear", Sliding: true})
+		}, actors.ErrInvalidArgument, nil},
+		{"state: sliding with TTL -1", func() error {
+			return change(s, messages.StateOp{Kind: "set", Key: "plan", Value: []byte("v2"), TTLMillis: -1, Sliding: true})
+		}, actors.ErrInvalidArgument, nil},
 		{"state: a set with a prefix", func() error {
 			return change(s, messages.StateOp{Kind: "set", Key: "plan", Prefix: "p"})
 		}, actors.ErrInvalidArgument, nil},

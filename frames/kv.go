@@ -423,7 +423,7 @@ func (k *kvDraft) apply(op *StateOp, version int64) (StateChange, error) {
 		return ch, invalid("a TTL of %d ns: positive, 0 (keep the key's own) or -1 (none)", op.TTL)
 	}
 	if op.Kind == StateClear {
-		if op.Key != "" || op.Value != nil || op.IfVersion != nil || op.TTL != 0 || op.Keep != 0 {
+		if op.Key != "" || op.Value != nil || op.IfVersion != nil || op.TTL != 0 || op.Keep != 0 || op.Sliding {
 			return ch, invalid("clear takes a prefix only")
 		}
 		if op.Prefix != "" {
@@ -484,6 +484,9 @@ func (k *kvDraft) apply(op *StateOp, version int64) (StateChange, error) {
 			}
 			next.ExpiresAt, next.TTL, next.Sliding = d.h.Now+op.TTL, op.TTL, op.Sliding
 		case op.TTL == -1:
+			if op.Sliding {
+				return ch, invalid("sliding with TTL -1 (none): a sliding TTL needs a length")
+			}
 			next.ExpiresAt, next.TTL, next.Sliding = 0, 0, false
 		case op.Sliding:
 			return ch, invalid("sliding needs a TTL")

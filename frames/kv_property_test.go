@@ -132,7 +132,7 @@ func (m *kvModel) change(ops []frames.StateOp, now, version int64) (*kvModel, mO
 			return refuse(frames.ErrInvalidArgument)
 		}
 		if op.Kind == frames.StateClear {
-			if op.Key != "" || op.Value != nil || op.IfVersion != nil || op.TTL != 0 || op.Keep != 0 || (op.Prefix != "" && !m.validKey(op.Prefix)) {
+			if op.Key != "" || op.Value != nil || op.IfVersion != nil || op.TTL != 0 || op.Keep != 0 || op.Sliding || (op.Prefix != "" && !m.validKey(op.Prefix)) {
 				return refuse(frames.ErrInvalidArgument)
 			}
 			lv := level(op.Frame)
@@ -178,6 +178,9 @@ func (m *kvModel) change(ops []frames.StateOp, now, version int64) (*kvModel, mO
 			case op.TTL > 0:
 				next.expires, next.ttl, next.sliding = now+op.TTL, op.TTL, op.Sliding
 			case op.TTL == -1:
+				if op.Sliding {
+					return refuse(frames.ErrInvalidArgument) // no TTL to slide
+				}
 				next.expires, next.ttl, next.sliding = 0, 0, false
 			case op.Sliding:
 				return refuse(frames.ErrInvalidArgument)
@@ -574,6 +577,7 @@ func genStateOp(t *rapid.T, s *frames.State, m *kvModel, pushed, keys []string) 
 		if rare(t, "badclear") {
 			op.Key = "a"
 		}
+		op.Sliding = rare(t, "slidingclear")
 		return op
 	}
 	// Sets mostly on a and b, pushes on c/1 and c/2 (a push onto a value
@@ -612,6 +616,7 @@ func genStateOp(t *rapid.T, s *frames.State, m *kvModel, pushed, keys []string) 
 			op.Sliding = rapid.Bool().Draw(t, "sliding")
 		case n < 95:
 			op.TTL = -1
+			op.Sliding = rare(t, "slidingnone")
 		case n < 97:
 			op.TTL = -3
 		case n < 99:

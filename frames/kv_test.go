@@ -483,6 +483,8 @@ func TestStateMalformedOperations(t *testing.T) {
 		{"clear with a condition", frames.StateOp{Kind: "clear", IfVersion: ifv(0)}, "clear takes a prefix only"},
 		{"clear with a TTL", frames.StateOp{Kind: "clear", TTL: 5}, "clear takes a prefix only"},
 		{"clear with a keep", frames.StateOp{Kind: "clear", Keep: 2}, "clear takes a prefix only"},
+		{"clear sliding", frames.StateOp{Kind: "clear", Sliding: true}, "clear takes a prefix only"},
+		{"sliding with TTL -1", frames.StateOp{Kind: "set", Key: "k", TTL: -1, Sliding: true}, "sliding with TTL -1"},
 		{"clear with a NUL prefix", kvClear("a\x00"), "clear prefix"},
 		{"set with a prefix", frames.StateOp{Kind: "set", Key: "k", Prefix: "p"}, "takes a key, not a prefix"},
 		{"set with a keep", frames.StateOp{Kind: "set", Key: "k", Keep: 1}, "set takes no keep"},
@@ -550,7 +552,8 @@ func TestStateTTL(t *testing.T) {
 	x, sliding = expiry("slide")
 	assert.Equal(t, w.now+500, x)
 	assert.False(t, sliding, "a touch with a fixed TTL makes it fixed")
-	w.mustChange(ttl(-1, false, kvSet("slide", "c")), ttl(-1, true, kvTouch("slist")))
+	w.refused(w.change(ttl(-1, true, kvTouch("slist"))), frames.ErrInvalidArgument)
+	w.mustChange(ttl(-1, false, kvSet("slide", "c")), ttl(-1, false, kvTouch("slist")))
 	for _, k := range []string{"slide", "slist"} {
 		x, sliding = expiry(k)
 		assert.Zero(t, x, "-1 removes the TTL of %s", k)

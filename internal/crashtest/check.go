@@ -195,6 +195,8 @@ type Stats struct {
 	// Ledger is the spend ledger's check (zero when the child ran no
 	// ledger workload).
 	Ledger LedgerStats
+	// State is the scope state's check (kv.go).
+	State StateStats
 }
 
 func (s Stats) String() string {
@@ -278,6 +280,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	spans := map[string]map[string]eventstore.Span{}
 	subRef := map[uint64]SubRef{} // the events the subscription's filter matches, archived ones too
 	lf := newLedgerFold()         // the spend ledger's parent scope, event by event
+	sf := newStateFold(side)      // the scopes' key-value state, from the requests
 	var streams []string
 	if err := store.Streams(ctx, func(i eventstore.StreamInfo) error { streams = append(streams, i.Stream); return nil }); err != nil {
 		return st, err
@@ -360,6 +363,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			if name == LedgerParent {
 				lf.apply(state, ev, r.Version)
 			}
+			sf.apply(name, ev, r.Version)
 			g.last = r.Version
 			g.events = append(g.events, ev)
 			st.Events++
@@ -472,6 +476,9 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 	}
 	if err := checkResume(ctx, dir, store, streams, replayed, live, spans, &st, cycle); err != nil {
 		return st, err
+	}
+	if st.State, err = checkState(ctx, store, sf, live); err != nil {
+		return st, fmt.Errorf("cycle %d: %w", cycle, err)
 	}
 	// Last: it delivers the outbox the kill left, writing to the log.
 	if st.Ledger, err = checkLedger(ctx, store, side, replayed, lf); err != nil {

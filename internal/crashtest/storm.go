@@ -9,7 +9,9 @@
 // archives (retention.go); the checker then finds those writes in the
 // archives (history.go). Beside the storm it runs a durable subscriber
 // (subscriber.go) and a spend-ledger workload whose cross-scope
-// settlements the checker proves neither lost nor doubled (ledger.go).
+// settlements the checker proves neither lost nor doubled (ledger.go); its
+// steps change the scopes' key-value state too, which the checker folds
+// from the requests and compares with what recovery holds (kv.go).
 //
 // A SIGKILL leaves the page cache intact, so this cannot catch a missing
 // fsync: the held-commit test in package actors (no reply leaves before the
@@ -104,6 +106,7 @@ var newRequest = map[string]func() messages.MutatingRequest{
 	"CompactContext":   func() messages.MutatingRequest { return &messages.CompactContext{} },
 	"ContinueFrame":    func() messages.MutatingRequest { return &messages.ContinueFrame{} },
 	"ResumeChain":      func() messages.MutatingRequest { return &messages.ResumeChain{} },
+	"ChangeState":      func() messages.MutatingRequest { return &messages.ChangeState{} }, // scope state (kv.go)
 	// The spend ledger's workload (ledger.go).
 	"ReserveSpend":       func() messages.MutatingRequest { return &messages.ReserveSpend{} },
 	"ReleaseReservation": func() messages.MutatingRequest { return &messages.ReleaseReservation{} },
@@ -338,6 +341,8 @@ func resultVersion(r messages.Reply) int64 {
 		return x.Version
 	case *messages.ResumeChainReply:
 		return x.Version
+	case *messages.ChangeStateReply:
+		return x.Version
 	case *messages.ReserveSpendReply:
 		return x.Version
 	case *messages.ReleaseReservationReply:
@@ -455,6 +460,9 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		return err
 	}
 	f := live[rng.IntN(len(live))]
+	if rng.IntN(StateEvery) == 0 {
+		return w.changeState(ctx, rng, s, f) // scope state (kv.go)
+	}
 	switch f.status {
 	case frames.StatusSuspended:
 		if f.token == "" || rng.IntN(6) == 0 {

@@ -74,6 +74,7 @@ func TestCrash(t *testing.T) {
 	var jt journalTally
 	var rt retentionTally
 	var lt ledgerTally
+	var kt stateTally
 	var base []crashtest.Segment // the journal's segments when the child starts
 	var prev crashtest.Stats     // the last check's
 	start := time.Now()
@@ -222,6 +223,7 @@ func TestCrash(t *testing.T) {
 		t.Logf("cycle %d%s: %s; %s; %s; spend ledger: %s", cycle, aimed, jt.add(probe, probed, base, segs, st),
 			rt.add(t, cycle, early, stage, selfKilled, prev, st), st.Sub, lt.add(t, cycle, lstage, ledgerKilled, st.Ledger))
 		prev = st
+		kt.add(st.State)
 		base, err = crashtest.Segments(dir)
 		require.NoError(t, err)
 		lost += st.Lost
@@ -256,7 +258,14 @@ func TestCrash(t *testing.T) {
 	lmsg := "crash: spend ledger across the kills: " + lt.String(last.Ledger)
 	t.Log(lmsg)
 	fmt.Println(lmsg)
+	kmsg := "crash: scope state across the kills: " + kt.String(last.State)
+	t.Log(kmsg)
+	fmt.Println(kmsg)
 	require.Positive(t, last.Acked)
+	// Scope state changed under the kills; Check fails on a change lost,
+	// partial or applied against its condition.
+	require.Positive(t, last.State.Requests, "no ChangeState reached the log")
+	require.Zero(t, last.State.Lost+last.State.Partial)
 	require.Positive(t, last.Chains, "no chain was recovered")
 	// The subscriber delivered and acknowledged under the kills, and
 	// resumed from its stored position after them.

@@ -87,6 +87,7 @@ type StateHandle struct {
 
 	loaded   bool
 	loadedAt int64                        // the scope version the view was read at
+	version  int64                        // the last load's or Flush's
 	base     map[string]frames.StateEntry // as read, and as this handle's flushes left it
 	view     map[string]frames.StateEntry // base with the pending changes applied
 	pageSize int                          // RangeState's page; halved when a page is too large to travel
@@ -119,6 +120,11 @@ func (h *StateHandle) Loaded() bool { return h.loaded }
 // Dirty reports whether changes wait for a Flush (the seed's dirty).
 func (h *StateHandle) Dirty() bool { return len(h.pending) > 0 }
 
+// Version returns the scope version the handle last saw: its last
+// Flush's (a replayed Flush: the original's) or, after it, its last load's
+// (0: neither yet).
+func (h *StateHandle) Version() int64 { return h.version }
+
 // Pending returns how many changes wait for a Flush.
 func (h *StateHandle) Pending() int { return len(h.pending) }
 
@@ -144,7 +150,7 @@ func (h *StateHandle) Reload(ctx context.Context) error {
 			return err
 		}
 		if ok {
-			h.base, h.loadedAt, h.loaded = m, at, true
+			h.base, h.loadedAt, h.loaded, h.version = m, at, true, at
 			h.rebuild()
 			return nil
 		}
@@ -458,7 +464,7 @@ func (h *StateHandle) send(ctx context.Context, req *messages.ChangeState, n int
 		}
 		return err
 	}
-	h.doubt, h.doubtN = nil, 0
+	h.doubt, h.doubtN, h.version = nil, 0, r.Version
 	done := h.pending[:n]
 	h.pending = slices.Clone(h.pending[n:])
 	if h.loaded {

@@ -481,6 +481,8 @@ func TestStateHandleReplayedFlush(t *testing.T) {
 	again.Push("log", []byte("step 1"), 0)
 	require.NoError(t, again.Flush(ctx, actors.WithRequestID("step-1/state")))
 	assert.Equal(t, v, e.version(s), "nothing written twice")
+	assert.Equal(t, v, first.Version())
+	assert.Equal(t, v, again.Version(), "a replay's version is the original's")
 	l, _, err := again.List(ctx, "log")
 	require.NoError(t, err)
 	assert.Equal(t, items("step 1"), l, "nor shown twice")

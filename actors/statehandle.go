@@ -86,7 +86,7 @@ type StateHandle struct {
 	frame string
 
 	loaded   bool
-	loadedAt int64                        // the scope version the view was read at
+	seen     int64                        // the newest scope version the view holds (its load's or a flush's)
 	version  int64                        // the last load's or Flush's
 	base     map[string]frames.StateEntry // as read, and as this handle's flushes left it
 	view     map[string]frames.StateEntry // base with the pending changes applied
@@ -150,7 +150,7 @@ func (h *StateHandle) Reload(ctx context.Context) error {
 			return err
 		}
 		if ok {
-			h.base, h.loadedAt, h.loaded, h.version = m, at, true, at
+			h.base, h.seen, h.loaded, h.version = m, at, true, at
 			h.rebuild()
 			return nil
 		}
@@ -399,8 +399,9 @@ func IfUnchanged() FlushOption { return func(o *flushOptions) { o.ifUnchanged = 
 // a program that replays its steps after a crash (examples/agent) names
 // each step's changes, and the server answers a Flush it already applied
 // from its log, applying nothing twice — provided the changes are the
-// same. The handle leaves a replayed Flush's changes out of a view loaded
-// after it (the view has them already).
+// same. The handle leaves a replayed Flush's changes out of its view when
+// the view already holds them (loaded after the original, or flushed by
+// this handle).
 func WithRequestID(id string) FlushOption { return func(o *flushOptions) { o.requestID = id } }
 
 // Flush sends the pending changes as one ChangeState, all or none. On
@@ -468,10 +469,11 @@ func (h *StateHandle) send(ctx context.Context, req *messages.ChangeState, n int
 	done := h.pending[:n]
 	h.pending = slices.Clone(h.pending[n:])
 	if h.loaded {
-		if r.Version > h.loadedAt { // else a replay the view was read with
+		if r.Version > h.seen { // else a replay of changes the view holds
 			for _, op := range done {
 				applyStateOp(h.base, op, r.Version)
 			}
+			h.seen = r.Version
 		}
 		h.rebuild()
 	}

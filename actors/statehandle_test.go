@@ -487,6 +487,18 @@ func TestStateHandleReplayedFlush(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, items("step 1"), l, "nor shown twice")
 
+	// The handle that flushed it, replaying it, does not show it twice either.
+	first.Push("log", []byte("step 1"), 0)
+	require.NoError(t, first.Flush(ctx, actors.WithRequestID("step-1/state")))
+	require.NoError(t, first.Load(ctx))
+	first.Push("log", []byte("step 2"), 0)
+	require.NoError(t, first.Flush(ctx, actors.WithRequestID("step-2/state")))
+	first.Push("log", []byte("step 2"), 0)
+	require.NoError(t, first.Flush(ctx, actors.WithRequestID("step-2/state")))
+	l, _, err = first.List(ctx, "log")
+	require.NoError(t, err)
+	assert.Equal(t, items("step 1", "step 2"), l)
+
 	// The same id with other changes is refused, and stays pending.
 	again.Push("log", []byte("step 2"), 0)
 	require.ErrorIs(t, again.Flush(ctx, actors.WithRequestID("step-1/state")), actors.ErrRequestIDReused)

@@ -61,8 +61,9 @@ func NewStateHandle(sc StateClient, scope, frameID string) *StateHandle {
 // frames.MaxStateOps (1,000) changes fit in one Flush.
 //
 // Flush sends the pending changes as one ChangeState: all of them apply,
-// or none. On any error nothing of this Flush is in the view, and the
-// pending changes stay pending — Flush again, or Discard them. With
+// or none. When it fails the handle is as before it: the changes are still
+// pending (the view shows them as such, at version 0) — Flush again, or
+// Discard them. With
 // IfUnchanged every key the changes write is conditional on the version
 // this handle read (compare-and-set): a key another writer changed since
 // makes the whole Flush fail with ErrStateConflict.

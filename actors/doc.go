@@ -34,6 +34,9 @@
 //	dispatch.go    the dispatcher table: per operation one entry that turns a request
 //	               into a frames.Command (or answers a read) and events into a reply
 //	client.go      Client: the typed Go API, request ids filled in, deadlines
+//	statehandle.go StateHandle: a scope's (or frame's) key-value state, loaded on first
+//	               read, its changes sent by Flush as one ChangeState; statetyped.go
+//	               its JSON and msgpack helpers
 //	remote.go      remoting: the gateway remote callers address, the client transport
 //	               (the wire codec is package actors/wire)
 //	cluster.go     clustering: placement of scopes on their home member, members and

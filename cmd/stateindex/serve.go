@@ -57,7 +57,7 @@ func retentionConfig(file *config.File) (actors.RetentionConfig, bool) {
 func serveConfig(file *config.File) (actors.Config, eventstore.Options, error) {
 	opts := file.StoreOptions()
 	opts.OpenTimeout = 2 * time.Second
-	cfg := file.ActorsConfig(actors.DefaultConfig()) // ledger.unestimated, ledger.cap and ledger.lease included
+	cfg := file.ActorsConfig(actors.DefaultConfig()) // ledger.unestimated, ledger.cap, ledger.lease and state.* included
 	if err := file.Counters(&cfg); err != nil {
 		return cfg, opts, err
 	}

@@ -68,6 +68,7 @@ tokens: {ttl: 1h, max_ttl: 2h, counter: o200k_base, scopes: [{prefix: "agents/",
 limits: {max_depth: 9, max_content_bytes: 1000}
 request_timeout: 5s
 ledger: {unestimated: cap, cap: 0.05, lease: 30m, key_file: ledger.key}
+state: {max_bytes: 65536, max_value_bytes: 4096, max_key_bytes: 64}
 `), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "ledger.key"), bytes.Repeat([]byte{9}, 40), 0o600))
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -105,6 +106,7 @@ ledger: {unestimated: cap, cap: 0.05, lease: 30m, key_file: ledger.key}
 	assert.Equal(t, frames.EstimateCap, cfg.Frames.Unestimated)
 	assert.Equal(t, int64(50_000), cfg.Frames.UnestimatedCap, "$0.05 in micro-units")
 	assert.Equal(t, 30*time.Minute, cfg.Lease)
+	assert.Equal(t, []int{65536, 4096, 64}, []int{cfg.Frames.MaxStateBytes, cfg.Frames.MaxStateValueBytes, cfg.Frames.MaxStateKeyBytes})
 	assert.Equal(t, bytes.Repeat([]byte{9}, 40), cfg.LedgerKey, "read from the file named, relative to the configuration")
 	assert.Equal(t, eventstore.Options{OpenTimeout: 2 * time.Second, JournalOff: true, JournalSegmentBytes: 2 << 20, JournalSegments: 3,
 		ApplyInterval: 50 * time.Millisecond, ApplyBytes: 1 << 20}, opts)
@@ -144,6 +146,8 @@ func TestServeRefusesABadConfig(t *testing.T) {
 		{"a bad value", "cache:\n  mib: -1\n", nil, "si.yaml:2: cache.mib must be positive, got -1"},
 		{"a bad flag over a good file", "shards: 2\n", []string{"--shards", "0"}, "--shards must be positive, got 0"},
 		{"a bad retention interval", "retention:\n  interval: 0s\n", nil, "retention.interval must be positive"},
+		{"a state value over the state", "state:\n  max_bytes: 1000\n  max_value_bytes: 2000\n", nil,
+			"si.yaml:3: state.max_value_bytes (2000) must not exceed state.max_bytes (1000)"},
 		{"a hook to a kind outside a cluster", "hooks:\n  - name: x\n    on: [failed]\n    kind: overseer\n", nil, "si.yaml:4: hooks[0].kind sends to a cluster kind: it needs cluster.name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,11 @@
 // handles, a journalled tool call, usage, a context pack — and suspends
 // for approval. Run it again with --approve to resume and finish.
 //
+// Its working state — a run counter, the plan, a flag per topic done, the
+// last five lines of its log, what it waits for — is the scope's key-value
+// state (a StateHandle), printed at every start: it survives a kill as the
+// frames do.
+//
 // Every step carries a request id derived from the plan, so a run after a
 // crash replays the plan: the steps already done return their original
 // replies without writing anything, and the run continues where the last
@@ -16,12 +21,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -86,6 +93,9 @@ type agent struct {
 	writes     int
 	resumedAt  int64 // scope version when this run started
 	done       chan<- error
+	// st is the agent's working state. Only this actor uses it: a handle
+	// belongs to one goroutine.
+	st *actors.StateHandle
 }
 
 type work struct{}
@@ -101,6 +111,11 @@ func (a *agent) Receive(c actor.Context) {
 		}
 		report(st)
 		a.resumedAt = st.Version
+		a.st = a.si.State(scope)
+		if err := a.startRun(context.Background()); err != nil {
+			a.done <- err
+			return
+		}
 		c.Send(c.Self(), work{})
 	case work:
 		a.done <- a.plan(context.Background())
@@ -120,6 +135,57 @@ func report(st *messages.ActorResumeState) {
 	for _, p := range st.PendingWork {
 		fmt.Printf("  pending: %s — %s\n", p.Kind, p.Description)
 	}
+}
+
+// startRun counts this run in the working state and prints the state. The
+// first read loads it; the counter is written only if no other run changed
+// it since (IfUnchanged), else read again.
+func (a *agent) startRun(ctx context.Context) error {
+	for {
+		runs, _, err := actors.GetJSON[int](ctx, a.st, "runs")
+		if err != nil {
+			return err
+		}
+		_ = actors.SetJSON(a.st, "runs", runs+1)
+		if has, _ := a.st.Has(ctx, "plan"); !has { // loaded: reads answer from the view
+			_ = actors.SetJSON(a.st, "plan", topics)
+		}
+		err = a.st.Flush(ctx, actors.IfUnchanged())
+		if errors.Is(err, actors.ErrStateConflict) {
+			a.st.Discard()
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	runs, _, _ := actors.GetJSON[int](ctx, a.st, "runs")
+	plan, _, _ := actors.GetJSON[[]string](ctx, a.st, "plan")
+	done, _ := a.st.Keys(ctx, "done/")
+	waiting, _, _ := actors.GetJSON[string](ctx, a.st, "waiting")
+	log, _, _ := actors.GetJSON[[]string](ctx, a.st, "log") // a list reads as an array
+	for i := range done {
+		done[i] = strings.TrimPrefix(done[i], "done/")
+	}
+	if waiting == "" {
+		waiting = "nothing"
+	}
+	fmt.Printf("state: run %d; topics done %d/%d %v; waiting for %s\n", runs, len(done), len(plan), done, waiting)
+	for _, l := range log {
+		fmt.Println("  log:", l)
+	}
+	return nil
+}
+
+// remember flushes the working state's changes of a step, named by the
+// step: replayed after a crash, it is answered from the log.
+func (a *agent) remember(ctx context.Context, step, what string) error {
+	if err := a.st.Flush(ctx, actors.WithRequestID(step+"/state")); err != nil {
+		return err
+	}
+	a.wrote(a.st.Version(), "state: "+what)
+	return nil
 }
 
 // m builds the mutation header of a plan step: its request id is the step's
@@ -179,6 +245,11 @@ func (a *agent) plan(ctx context.Context) error {
 		return err
 	}
 	a.wrote(tok.Version, "suspended for approval, token "+tok.TokenID[:8])
+	_ = actors.SetJSON(a.st, "waiting", "approval")
+	_ = actors.PushJSON(a.st, "log", "asked for approval", 5)
+	if err := a.remember(ctx, "root/suspend-approval", "waiting for approval"); err != nil {
+		return err
+	}
 	if !a.approve {
 		fmt.Println("waiting for approval: run again with --approve")
 		return nil
@@ -188,6 +259,11 @@ func (a *agent) plan(ctx context.Context) error {
 		return err
 	}
 	a.wrote(res.Version, "approved and resumed")
+	a.st.Delete("waiting")
+	_ = actors.PushJSON(a.st, "log", "approved", 5)
+	if err := a.remember(ctx, "root/resume-approved", "approved"); err != nil {
+		return err
+	}
 	out, err := si.AddResult(ctx, &messages.AddResult{Header: a.m("root/result"), FrameID: root.FrameID,
 		Kind: "file", Ref: "reports/stateindex.md", Summary: "three findings"})
 	if err != nil {
@@ -253,5 +329,9 @@ func (a *agent) research(ctx context.Context, parent, topic string) error {
 		return err
 	}
 	a.wrote(up.Version, "finding added to the report frame")
-	return nil
+	// The working state: the topic is done, and the log keeps its last 5
+	// lines. Both apply together, or neither.
+	_ = actors.SetJSON(a.st, "done/"+topic, true)
+	_ = actors.PushJSON(a.st, "log", "researched "+topic, 5)
+	return a.remember(ctx, "research/"+topic, topic+" done")
 }

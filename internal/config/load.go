@@ -92,6 +92,9 @@ func (f *File) check() error {
 	if _, err := f.LedgerKey(); err != nil {
 		return err
 	}
+	if err := f.checkState(); err != nil {
+		return err
+	}
 	for i, h := range f.Hooks {
 		if h.Kind != "" && f.Cluster.Name == "" {
 			key := fmt.Sprintf("hooks[%d].kind", i)
@@ -99,6 +102,54 @@ func (f *File) check() error {
 		}
 	}
 	return nil
+}
+
+// stateFraming is what travels with a state value besides its bytes, two
+// keys (a RangeState page's entry and its cursor), the scope and two ids
+// (frame, request): field names, lengths and versions, with room to spare
+// (measured: under 150 bytes).
+const stateFraming = 1 << 10
+
+// checkState checks the state limits against each other and against the
+// message cap: a value no request can carry, or no reply return, is a
+// limit that cannot be reached.
+func (f *File) checkState() error {
+	l := f.Limits
+	switch {
+	case l.MaxStateValueBytes > l.MaxStateBytes:
+		o, key := f.blame("state.max_value_bytes", "state.max_bytes")
+		if key == "state.max_bytes" {
+			return errAt(o, key, "(%d) must be at least state.max_value_bytes (%d): a value counts against its scope's state", l.MaxStateBytes, l.MaxStateValueBytes)
+		}
+		return errAt(o, key, "(%d) must not exceed state.max_bytes (%d): a value counts against its scope's state", l.MaxStateValueBytes, l.MaxStateBytes)
+	}
+	with := 2*l.MaxStateKeyBytes + l.MaxScopeBytes + 2*l.MaxIDBytes + stateFraming
+	if max := f.Remoting.MaxMessageBytes; l.MaxStateValueBytes > max-with {
+		o, key := f.blame("state.max_value_bytes", "remoting.max_message_bytes", "state.max_key_bytes", "limits.max_scope_bytes", "limits.max_id_bytes")
+		what := fmt.Sprintf("(%d bytes more: two keys of state.max_key_bytes, the scope, two ids and %d of framing)", with, stateFraming)
+		switch key {
+		case "state.max_value_bytes":
+			return errAt(o, key, "(%d) must fit in one message with its key, scope and ids %s: at most %d under remoting.max_message_bytes (%d)",
+				l.MaxStateValueBytes, what, max-with, max)
+		case "remoting.max_message_bytes":
+			return errAt(o, key, "(%d) must carry a state value of state.max_value_bytes (%d) with its key, scope and ids %s: at least %d",
+				max, l.MaxStateValueBytes, what, l.MaxStateValueBytes+with)
+		}
+		return errAt(o, key, "leaves no room for a state value of state.max_value_bytes (%d) in one message of remoting.max_message_bytes (%d) %s",
+			l.MaxStateValueBytes, max, what)
+	}
+	return nil
+}
+
+// blame returns the first of keys whose value was set (a file or a flag),
+// else the first, and its origin: where a rule between keys is reported.
+func (f *File) blame(keys ...string) (Origin, string) {
+	for _, k := range keys {
+		if o := f.Origin(k); o != (Origin{}) {
+			return o, k
+		}
+	}
+	return Origin{}, keys[0]
 }
 
 // loader reads a chain of files. files maps every node read to the file

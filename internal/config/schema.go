@@ -139,6 +139,9 @@ var settings = func() []setting {
 		setting{key: "ledger.cap", spec: dollars, field: func(f *File) any { return &f.Ledger.Cap }},
 		setting{key: "ledger.lease", spec: spec{min: 1, max: frames.MaxReservationAge}, field: func(f *File) any { return &f.Ledger.Lease }},
 		setting{key: "ledger.key_file", field: func(f *File) any { return &f.Ledger.KeyFile }},
+		setting{key: "state.max_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxStateBytes }},
+		setting{key: "state.max_value_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxStateValueBytes }},
+		setting{key: "state.max_key_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxStateKeyBytes }},
 	)
 	return s
 }()

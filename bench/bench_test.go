@@ -121,7 +121,7 @@ func TestStateScenario(t *testing.T) {
 		require.Len(t, x.RoundFigures, 2)
 		assert.NotEqual(t, x.RoundFigures[0].Order, x.RoundFigures[1].Order, "the phase order rotates")
 		for _, r := range x.RoundFigures {
-			for name, f := range map[string]bench.Figure{"set": r.Set, "set+ttl": r.SetTTL, "push": r.Push, "frames": r.Frames, "hot": r.GetHot} {
+			for name, f := range map[string]bench.Figure{"set": r.Set, "set+ttl": r.SetTTL, "push": r.Push, "frames": r.Frames, "hot": r.GetHot, "set+row": r.SetTTLRow} {
 				assert.Positive(t, f.Ops, "scopes=%d %s", x.Scopes, name)
 				assert.Positive(t, f.OpsPerSec, "scopes=%d %s", x.Scopes, name)
 				assert.LessOrEqual(t, f.P50us, f.P99us, "scopes=%d %s", x.Scopes, name)
@@ -140,7 +140,7 @@ func TestStateScenario(t *testing.T) {
 	assert.Equal(t, 64, rep.State[1].Scopes)
 	var out bytes.Buffer
 	require.NoError(t, bench.WriteText(&out, rep))
-	for _, want := range []string{"Scope state", "set+ttl", "get cold"} {
+	for _, want := range []string{"Scope state", "set+ttl", "get cold", "set+row"} {
 		assert.Contains(t, out.String(), want)
 	}
 }

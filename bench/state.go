@@ -26,6 +26,11 @@ import (
 //   - frames: the durable scenario's PushFrame/AddContextHandle (1 push : 3
 //     handles), with statePayload-byte inputs and handles.
 //
+// After them, set+row: up to 50 sets a scope whose TTLs are a second
+// shorter each time, so that every one moves the scope's earliest expiry
+// earlier and writes the state expirer's row first (the write-ahead's
+// cost, which set+ttl never pays once a scope has its row).
+//
 // Every one appends one event. Then Get (GetState of one key): hot, one
 // reader per scope on the same server (every scope cached); cold, one
 // reader going round the scopes on a second server over the same file
@@ -43,6 +48,8 @@ const (
 	stateKeep = 50
 	// stateFiller is the scope the one-scope cold reads alternate with.
 	stateFiller = "state-filler"
+	// stateRowOps bounds each scope's sets of the set+row phase.
+	stateRowOps = 50
 )
 
 // StateResult is the scenario at one number of scopes.
@@ -58,6 +65,11 @@ type StateResult struct {
 	Frames  Figure `json:"frames"`
 	GetHot  Figure `json:"get_hot"`
 	GetCold Figure `json:"get_cold"`
+	// SetTTLRow is sets whose TTL moves the scope's earliest expiry
+	// earlier: each writes the state expirer's row (a table write, its own
+	// bbolt commit) before its append. At most 50 per scope, after the
+	// phases.
+	SetTTLRow Figure `json:"set_ttl_row"`
 	// SetOverFrames and PushOverFrames compare the medians' ops/s.
 	SetOverFrames  float64 `json:"set_over_frames"`
 	PushOverFrames float64 `json:"push_over_frames"`
@@ -69,12 +81,13 @@ type StateResult struct {
 
 // StateRound is one round of the scenario.
 type StateRound struct {
-	Set     Figure `json:"set"`
-	SetTTL  Figure `json:"set_ttl"`
-	Push    Figure `json:"push"`
-	Frames  Figure `json:"frames"`
-	GetHot  Figure `json:"get_hot"`
-	GetCold Figure `json:"get_cold"`
+	Set       Figure `json:"set"`
+	SetTTL    Figure `json:"set_ttl"`
+	Push      Figure `json:"push"`
+	Frames    Figure `json:"frames"`
+	GetHot    Figure `json:"get_hot"`
+	GetCold   Figure `json:"get_cold"`
+	SetTTLRow Figure `json:"set_ttl_row"`
 	// Order is the order the write phases ran in.
 	Order []string `json:"order"`
 }
@@ -147,9 +160,19 @@ func state(ctx context.Context, o *Options, scopes, ops, reads int) (StateResult
 				rr.Frames = ph.figure()
 			}
 		}
-		res.EventsPerScope = 1 + 4*(ops/scopes+max(ops/scopes/20, 1))
+		rows := make([]int, scopes)
+		for i := range rows {
+			rows[i] = min(counts[i], stateRowOps)
+		}
+		o.progress("state: %d scopes, round %d/%d: %d sets that move the scope's earliest expiry earlier", scopes, round+1, res.Rounds, rows[0]*scopes)
+		ph, err := timedWriters(rows, func(i, j int) error { return stateOp(ctx, agents[i], "set+row", j) })
+		if err != nil {
+			return res, errs(fmt.Errorf("set+row: %w", err), n.stop())
+		}
+		rr.SetTTLRow = ph.figure()
+		res.EventsPerScope = 1 + 4*(ops/scopes+max(ops/scopes/20, 1)) + rows[0]
 		o.progress("state: %d scopes, round %d/%d: %d hot GetState, one reader per scope", scopes, round+1, res.Rounds, ops)
-		ph, err := timedWriters(counts, func(i, j int) error { return get(ctx, n.client, agents[i].scope) })
+		ph, err = timedWriters(counts, func(i, j int) error { return get(ctx, n.client, agents[i].scope) })
 		if err != nil {
 			return res, errs(fmt.Errorf("hot get: %w", err), n.stop())
 		}
@@ -202,6 +225,7 @@ func state(ctx context.Context, o *Options, scopes, ops, reads int) (StateResult
 	res.Frames = pick(func(r StateRound) Figure { return r.Frames })
 	res.GetHot = pick(func(r StateRound) Figure { return r.GetHot })
 	res.GetCold = pick(func(r StateRound) Figure { return r.GetCold })
+	res.SetTTLRow = pick(func(r StateRound) Figure { return r.SetTTLRow })
 	res.SetOverFrames = Ratio(res.Set.OpsPerSec, res.Frames.OpsPerSec)
 	res.PushOverFrames = Ratio(res.Push.OpsPerSec, res.Frames.OpsPerSec)
 	return res, nil
@@ -215,6 +239,8 @@ func stateOp(ctx context.Context, a *agent, phase string, j int) error {
 		op = messages.StateOp{Kind: "set", Key: stateKey(j), Value: payload(j)}
 	case "set+ttl":
 		op = messages.StateOp{Kind: "set", Key: stateKey(j), Value: payload(j), TTLMillis: 3_600_000, Sliding: true}
+	case "set+row": // each TTL a second shorter: the scope's earliest expiry moves earlier every time
+		op = messages.StateOp{Kind: "set", Key: "row-" + stateKey(j), Value: payload(j), TTLMillis: int64(1_800_000 - 1000*j)}
 	case "push":
 		op = messages.StateOp{Kind: "push", Key: "log", Value: payload(j), Keep: stateKeep}
 	default:

@@ -179,6 +179,10 @@ func WriteText(w io.Writer, r *Report) error {
 			ops = append(ops, fmt.Sprintf("%d scope(s): %d requests per phase, %d hot and %d cold reads", x.Scopes, x.Set.Ops, x.GetHot.Ops, x.GetCold.Ops))
 		}
 		fmt.Fprintf(w, "(%s, over the rounds; events: a scope's at the end of a round)\n", strings.Join(ops, "; "))
+		for _, x := range r.State {
+			fmt.Fprintf(w, "set+row, %d scope(s): a TTL that moves the scope's earliest expiry earlier (the expirer's row written first): %s ops/s, p50 %s µs, p99 %s µs (%d sets)\n",
+				x.Scopes, num(x.SetTTLRow.OpsPerSec), num(x.SetTTLRow.P50us), num(x.SetTTLRow.P99us), x.SetTTLRow.Ops)
+		}
 	}
 	if len(r.Goals) > 0 {
 		fmt.Fprintf(w, "\nGoals (issues 4, 10, 11 and 14) that this run can judge:\n")

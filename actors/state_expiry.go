@@ -123,6 +123,7 @@ type ScopeStateExpiry struct {
 // stateExpirer runs the passes; one at a time.
 type stateExpirer struct {
 	tables eventstore.Tables
+	rows   rowWriter // the prepares' and sweeps' writes to tables
 	clock  func() time.Time
 	log    *slog.Logger
 	check  time.Duration // <0: no background loop
@@ -151,7 +152,56 @@ func newStateExpirer(s *Server) *stateExpirer {
 	} else {
 		x.tables = eventstore.NewMemory() // its tables only: a schedule that lasts while the server runs
 	}
+	x.rows.tables = x.tables
 	return x
+}
+
+// rowWriter writes the rows of the state expirer's table for the shards'
+// jobs, the writes that arrive while one is committed gathered into the
+// next TableWrite: a table write is a bbolt commit of its own (two
+// fsyncs), and 64 scopes writing their first TTL at once would otherwise
+// queue behind one another's (docs/BENCHMARKS.md, issue 15: set+row).
+// Ops keep their order (a batch applies them in order); two writes of one
+// scope never share a batch anyway, its scope being held by the first.
+type rowWriter struct {
+	tables  eventstore.Tables
+	mu      sync.Mutex
+	ops     []eventstore.TableOp
+	waiters []chan error
+	running bool
+}
+
+// write applies ops, durably, and returns once they are (or failed, with
+// the other writes of their batch).
+func (w *rowWriter) write(ops []eventstore.TableOp) error {
+	done := make(chan error, 1)
+	w.mu.Lock()
+	w.ops = append(w.ops, ops...)
+	w.waiters = append(w.waiters, done)
+	if !w.running {
+		w.running = true
+		go w.flush()
+	}
+	w.mu.Unlock()
+	return <-done
+}
+
+func (w *rowWriter) flush() {
+	for {
+		w.mu.Lock()
+		ops, waiters := w.ops, w.waiters
+		w.ops, w.waiters = nil, nil
+		if len(waiters) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		err := w.tables.TableWrite(context.Background(), stateExpiryTable, ops)
+		for _, d := range waiters {
+			d <- err
+		}
+	}
 }
 
 // start runs the background loop (unless Config.StateExpiryCheck is
@@ -330,12 +380,16 @@ func (x *stateExpirer) expire(ctx context.Context, scope string, fired []int64) 
 	return out, nil
 }
 
-// expiryRow is the table key of a wake-up for scope at (unix ns).
+// expiryRow is the table key of a wake-up for scope at (unix ns): at most
+// 8 + eventstore.MaxStreamBytes (128) bytes, within a table key's bound.
 func expiryRow(at int64, scope string) []byte {
 	k := make([]byte, 8, 8+len(scope))
 	binary.BigEndian.PutUint64(k, uint64(max(at, 0)))
 	return append(k, scope...)
 }
+
+// A row's key fits a table key (a compile-time check).
+var _ [eventstore.MaxTableKey - 8 - eventstore.MaxStreamBytes]struct{}
 
 func parseExpiryRow(k []byte) (at int64, scope string, ok bool) {
 	if len(k) <= 8 {
@@ -391,10 +445,9 @@ func (h *handler) stateExpiryPrepare(st *frames.State, req messages.Request) *jo
 	if at < now || (e.stateRow != 0 && e.stateRow <= at) {
 		return nil
 	}
-	tables := x.tables
 	return &job{scope: scope,
 		run: func() any {
-			return tables.TableWrite(context.Background(), stateExpiryTable, []eventstore.TableOp{{Key: expiryRow(at, scope), Value: []byte{1}}})
+			return x.rows.write([]eventstore.TableOp{{Key: expiryRow(at, scope), Value: []byte{1}}})
 		},
 		finish: func(v any) outcome {
 			if err, _ := v.(error); err != nil {
@@ -458,10 +511,10 @@ func (h *handler) sweepStateExpiry(r *stateExpirySweep, e *entry) outcome {
 	if h.sx == nil || len(ops) == 0 {
 		return replied(reply)
 	}
-	tables, scope := h.sx.tables, st.Scope
+	x, scope := h.sx, st.Scope
 	return outcome{job: &job{scope: scope,
 		run: func() any {
-			return tables.TableWrite(context.Background(), stateExpiryTable, ops)
+			return x.rows.write(ops)
 		},
 		finish: func(v any) outcome {
 			if err, _ := v.(error); err != nil {

@@ -371,3 +371,28 @@ func TestStateExpiryScheduleInvariant(t *testing.T) {
 		})
 	}
 }
+
+// Scopes writing their first TTL at once share the schedule's table
+// writes (rowWriter): every one gets its row, and every key is removed.
+func TestStateExpiryConcurrentFirstTTLs(t *testing.T) {
+	e := newEnv(t, noBackgroundExpiry)
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = e.c.ChangeState(ctx, &messages.ChangeState{Header: mut(fmt.Sprintf("c-%02d", i)),
+				Ops: []messages.StateOp{{Kind: "set", Key: "k", Value: []byte("v"), TTLMillis: 1000}}})
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Len(t, expiryRows(t, e), n)
+	e.clock.Advance(time.Second)
+	rep, err := e.srv.RunStateExpiry(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, n, rep.Removed())
+	assert.Empty(t, expiryRows(t, e))
+}

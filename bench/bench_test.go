@@ -136,6 +136,8 @@ func TestStateScenario(t *testing.T) {
 		assert.InDelta(t, x.Push.OpsPerSec/x.Frames.OpsPerSec, x.PushOverFrames, 1e-9)
 		assert.Positive(t, x.EventsPerScope)
 	}
+	assert.Positive(t, rep.State[0].GetColdSmall.Ops, "one scope: the filler's cold reads")
+	assert.Zero(t, rep.State[1].GetColdSmall.Ops)
 	assert.Equal(t, 1, rep.State[0].Scopes)
 	assert.Equal(t, 64, rep.State[1].Scopes)
 	var out bytes.Buffer

@@ -36,8 +36,8 @@ import (
 // reader going round the scopes on a second server over the same file
 // with one shard and a cache of one scope, so that every read loads its
 // scope (the latest snapshot plus the events after it) — with one scope,
-// the reads alternate with a filler scope's, which are not timed. Every
-// figure is the median of the rounds.
+// the reads alternate with a filler scope's (one key, one event), timed
+// apart. Every figure is the median of the rounds.
 
 const (
 	// statePayload is a value's, a pushed item's and a handle's size.
@@ -70,6 +70,9 @@ type StateResult struct {
 	// bbolt commit) before its append. At most 50 per scope, after the
 	// phases.
 	SetTTLRow Figure `json:"set_ttl_row"`
+	// GetColdSmall (one scope only) is a cold read of the filler scope,
+	// which holds one key and nothing else (one event): the load's floor.
+	GetColdSmall Figure `json:"get_cold_small,omitempty"`
 	// SetOverFrames and PushOverFrames compare the medians' ops/s.
 	SetOverFrames  float64 `json:"set_over_frames"`
 	PushOverFrames float64 `json:"push_over_frames"`
@@ -88,6 +91,8 @@ type StateRound struct {
 	GetHot    Figure `json:"get_hot"`
 	GetCold   Figure `json:"get_cold"`
 	SetTTLRow Figure `json:"set_ttl_row"`
+	// GetColdSmall is the one-scope case's filler reads, cold too.
+	GetColdSmall Figure `json:"get_cold_small,omitempty"`
 	// Order is the order the write phases ran in.
 	Order []string `json:"order"`
 }
@@ -189,11 +194,11 @@ func state(ctx context.Context, o *Options, scopes, ops, reads int) (StateResult
 		if err != nil {
 			return res, err
 		}
-		var lat Latencies
+		var lat, small Latencies
 		begin := time.Now()
 		for j := range reads {
 			if scopes == 1 {
-				if err := get(ctx, n.client, stateFiller); err != nil { // evicts the measured scope
+				if err := small.Time(func() error { return get(ctx, n.client, stateFiller) }); err != nil { // evicts the measured scope
 					return res, errs(err, n.stop())
 				}
 			}
@@ -204,6 +209,8 @@ func state(ctx context.Context, o *Options, scopes, ops, reads int) (StateResult
 		rr.GetCold = Summarize(lat, 0)
 		if scopes > 1 { // the reads alone: a rate
 			rr.GetCold = Summarize(lat, time.Since(begin))
+		} else {
+			rr.GetColdSmall = Summarize(small, 0)
 		}
 		if err := n.stop(); err != nil {
 			return res, err
@@ -226,6 +233,9 @@ func state(ctx context.Context, o *Options, scopes, ops, reads int) (StateResult
 	res.GetHot = pick(func(r StateRound) Figure { return r.GetHot })
 	res.GetCold = pick(func(r StateRound) Figure { return r.GetCold })
 	res.SetTTLRow = pick(func(r StateRound) Figure { return r.SetTTLRow })
+	if scopes == 1 {
+		res.GetColdSmall = pick(func(r StateRound) Figure { return r.GetColdSmall })
+	}
 	res.SetOverFrames = Ratio(res.Set.OpsPerSec, res.Frames.OpsPerSec)
 	res.PushOverFrames = Ratio(res.Push.OpsPerSec, res.Frames.OpsPerSec)
 	return res, nil

@@ -180,6 +180,11 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 		fmt.Fprintf(w, "(%s, over the rounds; events: a scope's at the end of a round)\n", strings.Join(ops, "; "))
 		for _, x := range r.State {
+			if x.GetColdSmall.Ops > 0 {
+				fmt.Fprintf(w, "get cold, a scope of one key and one event (the one-scope reads alternate with it): p50 %s µs, p99 %s µs\n", num(x.GetColdSmall.P50us), num(x.GetColdSmall.P99us))
+			}
+		}
+		for _, x := range r.State {
 			fmt.Fprintf(w, "set+row, %d scope(s): a TTL that moves the scope's earliest expiry earlier (the expirer's row written first): %s ops/s, p50 %s µs, p99 %s µs (%d sets)\n",
 				x.Scopes, num(x.SetTTLRow.OpsPerSec), num(x.SetTTLRow.P50us), num(x.SetTTLRow.P99us), x.SetTTLRow.Ops)
 		}

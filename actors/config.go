@@ -121,6 +121,14 @@ type Config struct {
 	// state for a server that runs it). For tools that open a file to read
 	// it; a server must run it.
 	OutboxOff bool
+	// StateExpiryCheck is the longest the state expirer sleeps between two
+	// looks at its schedule (state_expiry.go): it sleeps until the earliest
+	// expiry of a scope's keys, but never longer, which bounds how late an
+	// expired key leaves disk when the clock jumps ahead. 0 is the
+	// default, 1 s; a negative value runs no background expiry (tools that
+	// open a file to read it; Server.RunStateExpiry still runs a pass, and
+	// expired keys stay invisible to reads either way).
+	StateExpiryCheck time.Duration
 }
 
 // DefaultConfig returns the defaults. TokenKey is left empty: Start refuses
@@ -228,6 +236,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.RegistryInterval = 25 * time.Millisecond
 	case c.RegistryInterval < 0:
 		c.RegistryInterval = 0
+	}
+	if c.StateExpiryCheck == 0 {
+		c.StateExpiryCheck = defaultStateExpiryCheck
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger

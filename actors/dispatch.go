@@ -756,8 +756,9 @@ func init() {
 			return e
 		}(),
 
-		// Scope state (frames/kv.go; actors/state.go).
-		messages.OpChangeState: mutation(
+		// Scope state (frames/kv.go; actors/state.go). A change that sets
+		// a TTL writes the state expirer's row first (stateExpiryPrepare).
+		messages.OpChangeState: withPrepare(mutation(
 			func(_ *handler, _ *frames.State, r *messages.ChangeState, hdr frames.Header) (frames.Command, error) {
 				ops, err := stateOps(r.Ops)
 				return &frames.ChangeState{Header: hdr, Ops: ops}, err
@@ -768,7 +769,7 @@ func init() {
 					return nil, err
 				}
 				return &messages.ChangeStateReply{Result: res, Expired: len(e.Expired)}, nil
-			}),
+			}), (*handler).stateExpiryPrepare),
 
 		messages.OpGetState: read(func(h *handler, st *frames.State, r *messages.GetState) messages.Reply {
 			if err := frames.CheckStateLevel(st, r.FrameID, h.cfg.Frames); err != nil {

@@ -21,3 +21,22 @@ func Pending(s *Server) int64 {
 	}
 	return n
 }
+
+// SetStateExpiryHook sets the state expirer's test hook: fn gets the
+// report of every background pass (nil: none).
+func SetStateExpiryHook(s *Server, fn func(StateExpiryReport)) {
+	if fn == nil {
+		s.expiry.hook.Store(nil)
+		return
+	}
+	s.expiry.hook.Store(&fn)
+}
+
+// StateExpiryTable is the state expirer's table; ParseExpiryRow reads one
+// of its keys.
+const StateExpiryTable = stateExpiryTable
+
+func ParseExpiryRow(k []byte) (at int64, scope string, ok bool) { return parseExpiryRow(k) }
+
+// StateExpiryBatch is how many scopes one pass of the state expirer takes.
+const StateExpiryBatch = stateExpiryBatch

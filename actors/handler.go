@@ -47,6 +47,9 @@ type handler struct {
 	// ob is the server's outbox worker (outbox.go): a commit that leaves a
 	// pending settlement kicks it.
 	ob *outbox
+	// sx is the server's state expirer (state_expiry.go): a ChangeState
+	// that sets a TTL writes its schedule's row first.
+	sx *stateExpirer
 }
 
 // entry is a cached scope.
@@ -63,6 +66,11 @@ type entry struct {
 	// outboxRow says the scope's outbox row is known to be written
 	// (outbox.go): the requests that need it skip writing it again.
 	outboxRow bool
+	// stateRow is a time (unix ns) at or after which the scope is known to
+	// have a row in the state expirer's table (state_expiry.go); 0: none
+	// known. Loaded, a scope knows one at its next expiry, if any: a row is
+	// written before any key with a TTL is.
+	stateRow int64
 }
 
 func newHandler(cfg Config, store eventstore.Store, cacheScopes int, cacheBytes int64) (*handler, error) {
@@ -133,6 +141,9 @@ func (h *handler) handleWith(req messages.Request, pre *precount) (out outcome) 
 	if sw, ok := req.(*outboxSweep); ok {
 		return h.sweepOutbox(sw, e)
 	}
+	if sw, ok := req.(*stateExpirySweep); ok {
+		return h.sweepStateExpiry(sw, e)
+	}
 	if o, held := h.checkCounter(req, e); held {
 		return o
 	}
@@ -179,7 +190,7 @@ func (h *handler) loadJobThen(req messages.Request, then func(*entry)) *job {
 			}
 			if _, ok := h.cache.Peek(scope); !ok { // the scope was held: nothing can have loaded it meanwhile
 				h.put(scope, &entry{st: l.st, size: estimateState(l.st), snapVersion: l.info.SnapshotVersion,
-					snapBytes: l.info.SnapshotBytes, sinceSnap: l.info.ReplayedBytes, info: l.info})
+					snapBytes: l.info.SnapshotBytes, sinceSnap: l.info.ReplayedBytes, info: l.info, stateRow: l.st.NextStateExpiry()})
 			}
 			if e, ok := h.cache.Peek(scope); ok && then != nil {
 				then(e)

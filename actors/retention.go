@@ -208,7 +208,7 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 	sr := ScopeRetention{Scope: scope}
 	now := r.cfg.Clock().UnixNano()
 	keep := int64(r.cfg.RequestHorizon) + 2*int64(r.cfg.ClockSkew)
-	sc, err := eventstore.ScanHistory(ctx, r.store, scope, now-keep)
+	sc, err := eventstore.ScanHistory(ctx, r.store, scope, now-keep, eventstore.StateSince(p.StateHorizon(now)))
 	if err != nil {
 		return sr, err
 	}
@@ -231,7 +231,8 @@ func (r *retainer) scope(ctx context.Context, scope string, p frames.RetentionPo
 		return sr, err
 	}
 	plan, err := frames.PlanRetention(frames.RetentionInput{Policy: p, Now: now, Base: base, Head: sc.Head,
-		Runs: frames.RunsOf(sc.Finished), KeepFrom: sc.FirstSince, LiveChains: sc.LiveChains, Limit: limit, Within: sc.Within})
+		Runs: frames.RunsOf(sc.Finished), KeepFrom: sc.FirstSince, LiveChains: sc.LiveChains, Limit: limit, Within: sc.Within,
+		StateFrom: sc.FirstStateSince})
 	if err != nil || plan.Through == 0 {
 		sr.Kept = plan.Kept
 		return sr, err

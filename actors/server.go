@@ -35,6 +35,8 @@ type Server struct {
 	registryPID *actor.PID
 	// outbox delivers the spend ledger's cross-scope settlements (outbox.go).
 	outbox *outbox
+	// expiry removes scope state's expired keys (state_expiry.go).
+	expiry *stateExpirer
 }
 
 // Start spawns the StateIndex on sys over store. The store stays the
@@ -72,6 +74,7 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 	}
 	s := &Server{sys: sys, cfg: cfg, store: store}
 	s.outbox = newOutbox(s)
+	s.expiry = newStateExpirer(s)
 	perScopes := max(cfg.CacheScopes/cfg.Shards, 1)
 	perBytes := max(cfg.CacheBytes/int64(cfg.Shards), 1)
 	for i := 0; i < cfg.Shards; i++ {
@@ -80,7 +83,7 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 			s.Stop()
 			return nil, err
 		}
-		h.ob = s.outbox
+		h.ob, h.sx = s.outbox, s.expiry
 		s.handlers = append(s.handlers, h)
 		g := &gate{max: int64(cfg.MaxPending)}
 		s.gates = append(s.gates, g)
@@ -110,6 +113,7 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 		s.Stop()
 		return nil, err
 	}
+	s.expiry.start(s.Client())
 	return s, nil
 }
 
@@ -143,6 +147,9 @@ func (s *Server) Client() *Client {
 func (s *Server) Stop() {
 	if s.outbox != nil {
 		s.outbox.stop() // its deliveries write through the shards
+	}
+	if s.expiry != nil {
+		s.expiry.close() // so do its expiries
 	}
 	if s.ret != nil {
 		s.ret.close() // a pass in progress ends at its next scope

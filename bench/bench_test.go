@@ -93,7 +93,8 @@ func TestRunTiny(t *testing.T) {
 
 	var out bytes.Buffer
 	require.NoError(t, bench.WriteText(&out, rep))
-	for _, want := range []string{"Durable PushFrame + AddContextHandle", "AssembleContextPack", "Cold ResumeActor", "Bytes on disk", "Remote round trips", "Spend ledger", "Goals"} {
+	require.Len(t, rep.State, 2)
+	for _, want := range []string{"Durable PushFrame + AddContextHandle", "AssembleContextPack", "Cold ResumeActor", "Bytes on disk", "Remote round trips", "Spend ledger", "Scope state", "Goals"} {
 		assert.Contains(t, out.String(), want)
 	}
 	b, err := json.Marshal(rep)
@@ -101,6 +102,49 @@ func TestRunTiny(t *testing.T) {
 	var back bench.Report
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, rep.Durable, back.Durable)
+}
+
+// TestStateScenario runs the scope-state scenario at a tiny scale: every
+// phase of every round runs its requests, the cold reads are all timed,
+// the ratios are the medians', and the table prints. Timing is never
+// checked.
+func TestStateScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes fsynced files")
+	}
+	rep, err := bench.Run(context.Background(), bench.Options{Dir: t.TempDir(), Scale: 0.01, Rounds: 2, Only: []string{bench.ScenarioState}})
+	require.NoError(t, err)
+	assert.Empty(t, rep.Durable, "--only state runs nothing else")
+	require.Len(t, rep.State, 2)
+	for _, x := range rep.State {
+		require.Equal(t, 2, x.Rounds, "scopes=%d", x.Scopes)
+		require.Len(t, x.RoundFigures, 2)
+		assert.NotEqual(t, x.RoundFigures[0].Order, x.RoundFigures[1].Order, "the phase order rotates")
+		for _, r := range x.RoundFigures {
+			for name, f := range map[string]bench.Figure{"set": r.Set, "set+ttl": r.SetTTL, "push": r.Push, "frames": r.Frames, "hot": r.GetHot, "set+row": r.SetTTLRow} {
+				assert.Positive(t, f.Ops, "scopes=%d %s", x.Scopes, name)
+				assert.Positive(t, f.OpsPerSec, "scopes=%d %s", x.Scopes, name)
+				assert.LessOrEqual(t, f.P50us, f.P99us, "scopes=%d %s", x.Scopes, name)
+			}
+			assert.Equal(t, r.Set.Ops, r.Frames.Ops, "every write phase runs the same requests")
+			assert.Equal(t, r.Set.Ops, r.Push.Ops)
+			assert.Positive(t, r.GetCold.Ops)
+			assert.Positive(t, r.GetCold.P50us)
+		}
+		assert.Equal(t, x.RoundFigures[0].Set.Ops+x.RoundFigures[1].Set.Ops, x.Set.Ops)
+		assert.InDelta(t, x.Set.OpsPerSec/x.Frames.OpsPerSec, x.SetOverFrames, 1e-9)
+		assert.InDelta(t, x.Push.OpsPerSec/x.Frames.OpsPerSec, x.PushOverFrames, 1e-9)
+		assert.Positive(t, x.EventsPerScope)
+	}
+	assert.Positive(t, rep.State[0].GetColdSmall.Ops, "one scope: the filler's cold reads")
+	assert.Zero(t, rep.State[1].GetColdSmall.Ops)
+	assert.Equal(t, 1, rep.State[0].Scopes)
+	assert.Equal(t, 64, rep.State[1].Scopes)
+	var out bytes.Buffer
+	require.NoError(t, bench.WriteText(&out, rep))
+	for _, want := range []string{"Scope state", "set+ttl", "get cold", "set+row"} {
+		assert.Contains(t, out.String(), want)
+	}
 }
 
 // TestRemoteScenario runs the remote scenario against a child process (this

@@ -22,10 +22,12 @@ const (
 	ScenarioLongLived = "longlived"
 	// ScenarioLedger is agents spawning agents against one spend limit.
 	ScenarioLedger = "ledger"
+	// ScenarioState is scope key-value state beside the frame operations.
+	ScenarioState = "state"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote, ScenarioLongLived, ScenarioLedger}
+var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote, ScenarioLongLived, ScenarioLedger, ScenarioState}
 
 // Options configure Run. The zero value runs every scenario at full size
 // in the system's temporary directory.
@@ -113,7 +115,9 @@ type Report struct {
 	LongLived *LongLivedResult `json:"long_lived,omitempty"`
 	// Ledger is the spend-ledger scenario (issue 14), at 1 and 64 spawners.
 	Ledger []LedgerResult `json:"ledger,omitempty"`
-	Goals  []Goal         `json:"goals,omitempty"`
+	// State is the scope-state scenario (issue 15), at 1 and 64 scopes.
+	State []StateResult `json:"state,omitempty"`
+	Goals []Goal        `json:"goals,omitempty"`
 }
 
 // Machine identifies where a report was measured.
@@ -244,6 +248,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				return rep, fmt.Errorf("ledger, %d spawners: %w", c.spawners, err)
 			}
 			rep.Ledger = append(rep.Ledger, r)
+		}
+	}
+	if o.runs(ScenarioState) {
+		for _, c := range []struct{ scopes, ops, reads int }{{1, 2000, 400}, {64, 16000, 640}} {
+			r, err := state(ctx, &o, c.scopes, o.scale(c.ops, c.scopes*2), o.scale(c.reads, c.scopes*2))
+			if err != nil {
+				return rep, fmt.Errorf("state, %d scopes: %w", c.scopes, err)
+			}
+			rep.State = append(rep.State, r)
 		}
 	}
 	rep.Seconds = time.Since(begin).Seconds()

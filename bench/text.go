@@ -153,6 +153,42 @@ func WriteText(w io.Writer, r *Report) error {
 			return err
 		}
 	}
+	if len(r.State) > 0 {
+		x0 := r.State[0]
+		fmt.Fprintf(w, "\nScope state: durable ChangeState of one operation (%d-byte values) beside the frame operations of the same server and run, one writer\n", x0.ValueBytes)
+		fmt.Fprintf(w, "per scope: set (%d keys in turn); set+ttl (a sliding TTL); push (a window of %d); frames (PushFrame/AddContextHandle 1:3, %d-byte payloads).\n", stateKeys, stateKeep, x0.ValueBytes)
+		fmt.Fprintf(w, "GetState of one key: hot (scope cached, one reader per scope); cold (a server over the same file with one shard and a cache of one\n")
+		fmt.Fprintf(w, "scope: every read loads its scope from its snapshot and tail; one reader). Medians of %d rounds; phase order rotates.\n", x0.Rounds)
+		p("\tset\t\t\t│\tset+ttl\t\t\t│\tpush\t\t\t│\tframes\t\t\t│\t÷ frames\t\t│\tget hot\t\t│\tget cold\t\t\t\n")
+		p("scopes\tops/s\tp50 µs\tp99 µs\t│\tops/s\tp50 µs\tp99 µs\t│\tops/s\tp50 µs\tp99 µs\t│\tops/s\tp50 µs\tp99 µs\t│\tset\tpush\t│\tp50 µs\tp99 µs\t│\tp50 µs\tp99 µs\tevents\t\n")
+		for _, x := range r.State {
+			p("%d\t%s\t%s\t%s\t│\t%s\t%s\t%s\t│\t%s\t%s\t%s\t│\t%s\t%s\t%s\t│\t%.2f\t%.2f\t│\t%s\t%s\t│\t%s\t%s\t%s\t\n", x.Scopes,
+				num(x.Set.OpsPerSec), num(x.Set.P50us), num(x.Set.P99us),
+				num(x.SetTTL.OpsPerSec), num(x.SetTTL.P50us), num(x.SetTTL.P99us),
+				num(x.Push.OpsPerSec), num(x.Push.P50us), num(x.Push.P99us),
+				num(x.Frames.OpsPerSec), num(x.Frames.P50us), num(x.Frames.P99us),
+				x.SetOverFrames, x.PushOverFrames,
+				num(x.GetHot.P50us), num(x.GetHot.P99us),
+				num(x.GetCold.P50us), num(x.GetCold.P99us), count(x.EventsPerScope))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		ops := make([]string, 0, len(r.State))
+		for _, x := range r.State {
+			ops = append(ops, fmt.Sprintf("%d scope(s): %d requests per phase, %d hot and %d cold reads", x.Scopes, x.Set.Ops, x.GetHot.Ops, x.GetCold.Ops))
+		}
+		fmt.Fprintf(w, "(%s, over the rounds; events: a scope's at the end of a round)\n", strings.Join(ops, "; "))
+		for _, x := range r.State {
+			if x.GetColdSmall.Ops > 0 {
+				fmt.Fprintf(w, "get cold, a scope of one key and one event (the one-scope reads alternate with it): p50 %s µs, p99 %s µs\n", num(x.GetColdSmall.P50us), num(x.GetColdSmall.P99us))
+			}
+		}
+		for _, x := range r.State {
+			fmt.Fprintf(w, "set+row, %d scope(s): a TTL that moves the scope's earliest expiry earlier (the expirer's row written first): %s ops/s, p50 %s µs, p99 %s µs (%d sets)\n",
+				x.Scopes, num(x.SetTTLRow.OpsPerSec), num(x.SetTTLRow.P50us), num(x.SetTTLRow.P99us), x.SetTTLRow.Ops)
+		}
+	}
 	if len(r.Goals) > 0 {
 		fmt.Fprintf(w, "\nGoals (issues 4, 10, 11 and 14) that this run can judge:\n")
 		if err := WriteGoals(w, r.Goals); err != nil {

@@ -33,12 +33,34 @@ type HistoryScan struct {
 	// its request's records to the first (a continuation, a cascade): a
 	// cut must not fall inside a request (frames.RetentionInput.Within).
 	Within map[int64]int64
+	// FirstStateSince is the first scope state change (state.changed,
+	// state.expired) whose server time is at or after StateSince's (0 if
+	// none, or without the option): frames.RetentionInput.StateFrom.
+	FirstStateSince int64
+}
+
+// ScanOption tunes ScanHistory.
+type ScanOption func(*scanOptions)
+
+type scanOptions struct {
+	stateSince int64
+	state      bool
+}
+
+// StateSince makes ScanHistory find the first scope state change at or
+// after since, a server time (unix ns): HistoryScan.FirstStateSince.
+func StateSince(since int64) ScanOption {
+	return func(o *scanOptions) { o.stateSince, o.state = since, true }
 }
 
 // ScanHistory reads scope's records after its base. since is a server time
 // (unix ns): FirstSince is the first record at or after it.
-func ScanHistory(ctx context.Context, store Store, scope string, since int64) (HistoryScan, error) {
+func ScanHistory(ctx context.Context, store Store, scope string, since int64, opts ...ScanOption) (HistoryScan, error) {
 	var sc HistoryScan
+	var o scanOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	var err error
 	if sc.Base, err = store.StreamBase(ctx, scope); err != nil {
 		return sc, err
@@ -54,6 +76,9 @@ func ScanHistory(ctx context.Context, store Store, scope string, since int64) (H
 	err = store.ReadStream(ctx, scope, sc.Base.Version+1, func(r Record) error {
 		if sc.FirstSince == 0 && metaAt(r.Data) >= since {
 			sc.FirstSince = r.Version
+		}
+		if o.state && sc.FirstStateSince == 0 && (r.Type == frames.TypeStateChanged || r.Type == frames.TypeStateExpired) && metaAt(r.Data) >= o.stateSince {
+			sc.FirstStateSince = r.Version
 		}
 		if q := metaRequest(r.Data); q == "" || q != req {
 			req, reqStart = q, r.Version

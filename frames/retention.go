@@ -18,6 +18,18 @@ import (
 // the oldest request within the idempotency horizon, or anything the
 // caller must keep (KeepFrom). Live frames, unused tokens and abandoned
 // calls are in the projection, which a snapshot at or after the cut holds.
+//
+// Scope state (kv.go) is in the projection too: a key's current value (or
+// list) is in every snapshot, so no cut ever loses one, however old the
+// write that set it. Its changes (state.changed, state.expired) are its
+// history, which StateHistory reads from the log: a change of a frame's
+// state lies inside its frame's run and goes with it; a change of the
+// scope's own state belongs to no run, and is kept while it is younger
+// than OlderThan (StateFrom) — as a run that finished then would be — and
+// removed once older, with the prefix around it. KeepLastN counts runs
+// only: a scope that keeps state and no frames keeps OlderThan of its
+// state history (and its idempotency horizon, and whatever its latest
+// snapshot does not cover).
 
 // Completion is what retention does with a finished run (on_completion).
 type Completion string
@@ -92,7 +104,15 @@ type RetentionInput struct {
 	// cutting between them would remove the request's index entry with
 	// half its records).
 	Within map[int64]int64
+	// StateFrom is the first change of the scope's state made at or after
+	// Policy.StateHorizon(Now) (0: none): it stays, with everything after
+	// it.
+	StateFrom int64
 }
+
+// StateHorizon is the server time (unix ns) from which a scope's state
+// changes are kept at now: they are kept for OlderThan, as runs are.
+func (p RetentionPolicy) StateHorizon(now int64) int64 { return now - p.OlderThan }
 
 // RetentionPlan says what a pass removes: the records through Through (0:
 // nothing), which runs that ends, and why.
@@ -116,6 +136,9 @@ func PlanRetention(in RetentionInput) (RetentionPlan, error) {
 	keep := in.Head + 1 // the first version that must stay
 	if in.KeepFrom > 0 {
 		keep = min(keep, in.KeepFrom)
+	}
+	if in.StateFrom > 0 {
+		keep = min(keep, in.StateFrom)
 	}
 	kept := 0
 	for i, r := range runs {

@@ -61,6 +61,11 @@ func TestPlanRetention(t *testing.T) {
 			i.KeepFrom = 35
 			return i
 		}(), 34, 3, 1},
+		{"a change of the scope's state within older_than holds the rest", func() frames.RetentionInput {
+			i := in(frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete})
+			i.StateFrom = 35
+			return i
+		}(), 34, 3, 1},
 		{"limited by the snapshot, never inside a run", func() frames.RetentionInput {
 			i := in(frames.RetentionPolicy{KeepLastN: 1, OnCompletion: frames.CompletionDelete})
 			i.Limit = 45 // inside run e (41..50): the cut backs off to 40

@@ -107,8 +107,10 @@ func ledgerOnFile(dir string, timeout time.Duration) (*actors.Client, func(), er
 		store.Close()
 		return nil, nil, err
 	}
-	// Nor are settlements delivered: the outbox stays off (a server does it).
+	// Nor are settlements delivered: the outbox stays off (a server does it),
+	// and so does the state expirer.
 	cfg.Logger, cfg.RegistryOff, cfg.OutboxOff, cfg.RequestTimeout = quiet, true, true, timeout
+	cfg.StateExpiryCheck = -1
 	srv, err := actors.Start(sys, store, cfg)
 	if err != nil {
 		sys.Shutdown()

@@ -24,7 +24,8 @@ import (
 // work, a suspension token never used resumes its frame once, the spend
 // ledger works on old scopes, a fixture's pending settlements are
 // delivered by the outbox on its own and its open reservation still
-// binds (v6 on), and verify passes on the file before and after.
+// binds (v6 on), scope key-value state works on old scopes and survives
+// a restart, and verify passes on the file before and after.
 func TestPreviousReleasesStillWork(t *testing.T) {
 	dirs, err := filepath.Glob(filepath.Join("testdata", "v*"))
 	require.NoError(t, err)
@@ -131,6 +132,7 @@ func checkFixture(t *testing.T, dir string) {
 	})
 	t.Run("the spend ledger works on old scopes", u.ledgerWorks)
 	t.Run("an open reservation's token binds a root in its scope once", u.openReservationBinds)
+	t.Run("scope state works on old scopes", u.stateWorks)
 	require.Greater(t, u.store.JournalStats().Frames, frames0, "the new release's writes go through the journal")
 	after := map[string]int64{}
 	for _, sc := range m.Scopes {
@@ -151,6 +153,7 @@ func checkFixture(t *testing.T, dir string) {
 			assert.Equal(t, want, got, "the chain of %s", id)
 		}
 	})
+	t.Run("scope state reads the same after a restart", u.stateAfterRestart)
 	t.Run("everything serves after a restart", func(t *testing.T) {
 		for _, sc := range m.Scopes {
 			// ResumeActor appends one event: the version read before plus one.

@@ -170,6 +170,9 @@ func CheckInvariants(s *State) error {
 	if err := checkLedgerInvariants(s); err != nil {
 		return err
 	}
+	if err := checkPartialInvariants(s); err != nil {
+		return err
+	}
 	return checkContentInvariants(s)
 }
 

@@ -211,6 +211,9 @@ type Frame struct {
 	// what the frame's own reservations hold (see Reservation.Held).
 	Reservation string `msgpack:"rv,omitempty"`
 	Outstanding int64  `msgpack:"so,omitempty"`
+	// Partial is the frame's current model output, streamed chunk by
+	// chunk (partial.go); nil when it has none.
+	Partial *PartialOutput `msgpack:"po,omitempty"`
 
 	handleIdx map[string]int // id -> index in Handles; rebuilt when stale
 }
@@ -295,6 +298,7 @@ func (f *Frame) Clone() *Frame {
 	c.Results = append([]ResultRef(nil), f.Results...)
 	c.Children = append([]string(nil), f.Children...)
 	c.Freed = append([]int64(nil), f.Freed...)
+	c.Partial = f.Partial.clone()
 	if f.Suspension != nil {
 		s := *f.Suspension
 		if s.Limit != nil {

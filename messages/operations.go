@@ -40,6 +40,7 @@ const (
 	OpSettleSpend
 	OpAckSettlement
 	OpGetLedger
+	OpRecordPartialOutput
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -136,6 +137,8 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(AckSettlement) }, NewReply: func() Reply { return new(AckSettlementReply) }},
 	OpGetLedger: {Name: "GetLedger", ReplyName: "GetLedgerReply",
 		NewRequest: func() Request { return new(GetLedger) }, NewReply: func() Reply { return new(GetLedgerReply) }},
+	OpRecordPartialOutput: {Name: "RecordPartialOutput", ReplyName: "RecordPartialOutputReply", Mutates: true,
+		NewRequest: func() Request { return new(RecordPartialOutput) }, NewReply: func() Reply { return new(RecordPartialOutputReply) }},
 }
 
 func init() {

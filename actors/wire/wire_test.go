@@ -84,7 +84,7 @@ func onTheWire(t *testing.T, m *wire.Message) *wire.Message {
 
 func TestEveryTypeRoundTrips(t *testing.T) {
 	names := wire.Names()
-	require.Len(t, names, 69, "33 requests, 33 replies, Failure and 2 hook notifications")
+	require.Len(t, names, 71, "34 requests, 34 replies, Failure and 2 hook notifications")
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v, ok := wire.New(name)
@@ -228,12 +228,14 @@ func TestWireNamesNeverChange(t *testing.T) {
 		"CompactContext", "ResumeActor", "GetFrame", "GetStack", "ApplyRetention", "DestroyScope", "SearchChain",
 		"ContinueFrame", "GetChain", "ResumeChain", "AwaitFrame", "Subscribe", "ReadEvents", "AckEvents", "Unsubscribe", "ListFrames",
 		"ReserveSpend", "RenewReservation", "ReleaseReservation", "SettleSpend", "AckSettlement", "GetLedger",
+		"RecordPartialOutput",
 		"PushFrameReply", "PopFrameReply", "UpdateFrameReply", "AddContextHandleReply", "AddResultReply",
 		"RecordUsageReply", "StartToolCallReply", "FinishToolCallReply", "ContextPack", "SuspensionToken",
 		"ResumeFrameReply", "CompactionResult", "ActorResumeState", "GetFrameReply", "GetStackReply",
 		"ApplyRetentionReply", "DestroyScopeReply", "SearchChainReply", "ContinueFrameReply", "GetChainReply", "ResumeChainReply", "AwaitFrameReply",
 		"SubscribeReply", "ReadEventsReply", "AckEventsReply", "UnsubscribeReply", "ListFramesReply",
 		"ReserveSpendReply", "RenewReservationReply", "ReleaseReservationReply", "SettleSpendReply", "AckSettlementReply", "GetLedgerReply",
+		"RecordPartialOutputReply",
 		wire.FailureType,
 		"HookNotification", "HookAck",
 	}, wire.Names())

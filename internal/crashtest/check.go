@@ -195,6 +195,8 @@ type Stats struct {
 	// Ledger is the spend ledger's check (zero when the child ran no
 	// ledger workload).
 	Ledger LedgerStats
+	// Partial is the partial-output check (partial.go).
+	Partial PartialStats
 }
 
 func (s Stats) String() string {
@@ -313,6 +315,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 		state := frames.NewState(name, 0)
 		state.KeepFinished = true
 		lstate := frames.NewState(name, 0)
+		pf := newPartialFold(fail)
 		var g *group
 		finish := func() {
 			if g != nil {
@@ -360,6 +363,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			if name == LedgerParent {
 				lf.apply(state, ev, r.Version)
 			}
+			pf.apply(side, ev, r.Version)
 			g.last = r.Version
 			g.events = append(g.events, ev)
 			st.Events++
@@ -378,6 +382,9 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 		}
 		finish()
 		replayed[name], live[name] = state, lstate
+		outputs, chunks := pf.check(side, name, lstate)
+		st.Partial.Outputs += outputs
+		st.Partial.OutputChunks += chunks
 	}
 
 	// Every acknowledged write is there; nothing refused or unsent is.
@@ -405,6 +412,8 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 					st.Continuations++
 				case r.Op == "ResumeChain":
 					st.Resumes++
+				case r.Op == "RecordPartialOutput":
+					st.Partial.Chunks++
 				case len(g.events) > 1 && (r.Op == "AddContextHandle" || r.Op == "FinishToolCall"):
 					st.AutoContinued++
 				}
@@ -430,8 +439,14 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			}
 		case g != nil:
 			st.InFlightCommitted++
+			if r.Op == "RecordPartialOutput" {
+				st.Partial.InFlightCommitted++
+			}
 		default:
 			st.InFlightAbsent++
+			if r.Op == "RecordPartialOutput" {
+				st.Partial.InFlightAbsent++
+			}
 		}
 	}
 	for _, g := range groups {
@@ -557,6 +572,8 @@ func checkWhole(g *group, side *Side, s *frames.State, fail func(string, ...any)
 		}
 	case *messages.ContinueFrame:
 		checkContinuation(where, q.FrameID, g.events, s, fail)
+	case *messages.RecordPartialOutput:
+		checkChunk(where, q, g.events, fail)
 	case *messages.ReserveSpend:
 		// The frame's expired reservations returned, then the new one.
 		if _, ok := g.events[n-1].(*frames.SpendReserved); !ok || n > 2 {
@@ -763,6 +780,9 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 		}
 		if d := verify.Diff(want.Pending(), got.PendingWork); d != "" {
 			return fmt.Errorf("scope %q: ResumeActor's pending work differs from the replay: %s", name, d)
+		}
+		if d := verify.Diff(frames.InterruptedOutputs(want.LiveFrames()), got.Outputs); d != "" {
+			return fmt.Errorf("scope %q: ResumeActor's interrupted outputs differ from the replay: %s", name, d)
 		}
 		var top *messages.FrameSummary
 		var stack []messages.FrameSummary

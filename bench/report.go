@@ -22,10 +22,13 @@ const (
 	ScenarioLongLived = "longlived"
 	// ScenarioLedger is agents spawning agents against one spend limit.
 	ScenarioLedger = "ledger"
+	// ScenarioPartial is 64 model calls streaming their output, and what
+	// they cost the durable workload.
+	ScenarioPartial = "partial"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote, ScenarioLongLived, ScenarioLedger}
+var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote, ScenarioLongLived, ScenarioLedger, ScenarioPartial}
 
 // Options configure Run. The zero value runs every scenario at full size
 // in the system's temporary directory.
@@ -65,6 +68,14 @@ func (o *Options) scale(n int, least int) int {
 		s = 1
 	}
 	return max(int(float64(n)*s+0.5), least)
+}
+
+// scaleFactor is Scale, 1 when unset.
+func (o *Options) scaleFactor() float64 {
+	if o.Scale <= 0 {
+		return 1
+	}
+	return o.Scale
 }
 
 func (o *Options) rounds() int {
@@ -113,7 +124,10 @@ type Report struct {
 	LongLived *LongLivedResult `json:"long_lived,omitempty"`
 	// Ledger is the spend-ledger scenario (issue 14), at 1 and 64 spawners.
 	Ledger []LedgerResult `json:"ledger,omitempty"`
-	Goals  []Goal         `json:"goals,omitempty"`
+	// Partial is the partial-output scenario (issue 15): 64 streams in 64
+	// scopes, and in 4.
+	Partial []PartialResult `json:"partial,omitempty"`
+	Goals   []Goal          `json:"goals,omitempty"`
 }
 
 // Machine identifies where a report was measured.
@@ -244,6 +258,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				return rep, fmt.Errorf("ledger, %d spawners: %w", c.spawners, err)
 			}
 			rep.Ledger = append(rep.Ledger, r)
+		}
+	}
+	if o.runs(ScenarioPartial) {
+		for _, scopes := range []int{partialStreams, 4} {
+			r, err := partial(ctx, &o, partialStreams, scopes)
+			if err != nil {
+				return rep, fmt.Errorf("partial output, %d streams over %d scopes: %w", partialStreams, scopes, err)
+			}
+			rep.Partial = append(rep.Partial, r)
 		}
 	}
 	rep.Seconds = time.Since(begin).Seconds()

@@ -67,6 +67,13 @@ type PartialOutput struct {
 	Chunks    int64  `msgpack:"n"`
 	StartedAt int64  `msgpack:"at"`
 	UpdatedAt int64  `msgpack:"u"`
+
+	// text holds Text with room to grow, so that a chunk appends in
+	// amortized O(delta) rather than copying the text so far (an output of
+	// 64k one-token chunks would copy gigabytes). Text is a view of its
+	// bytes, which appends never change; nil in a clone or a decoded
+	// state, which start a builder of their own at their next chunk.
+	text *strings.Builder
 }
 
 func (p *PartialOutput) clone() *PartialOutput {
@@ -74,7 +81,20 @@ func (p *PartialOutput) clone() *PartialOutput {
 		return nil
 	}
 	c := *p
+	c.text = nil // never two appenders on one builder
 	return &c
+}
+
+// appendText appends delta to Text.
+func (p *PartialOutput) appendText(delta string) {
+	if p.text == nil || p.text.Len() != len(p.Text) {
+		b := &strings.Builder{}
+		b.Grow(2*len(p.Text) + len(delta))
+		b.WriteString(p.Text)
+		p.text = b
+	}
+	p.text.WriteString(delta)
+	p.Text = p.text.String()
 }
 
 // RecordPartialOutput appends a chunk of a live frame's model output:
@@ -155,13 +175,8 @@ func applyPartialOutput(s *State, e *PartialOutputRecorded) error {
 		}
 		return inconsistent("partial output of %q: chunk %d at offset %d, the frame has %s", f.ID, e.Chunk, e.Offset, have)
 	}
-	var b strings.Builder
-	b.Grow(len(p.Text) + len(e.Delta))
-	b.WriteString(p.Text)
-	b.WriteString(e.Delta)
-	np := *p
-	np.Text, np.IsPartial, np.Percent, np.Chunks, np.UpdatedAt = b.String(), !e.Final, e.Percent, e.Chunk, e.At
-	f.Partial = &np
+	p.appendText(e.Delta)
+	p.IsPartial, p.Percent, p.Chunks, p.UpdatedAt = !e.Final, e.Percent, e.Chunk, e.At
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package frames_test
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ func TestPartialOutputAccumulatesDeltas(t *testing.T) {
 		text += d
 		assert.Equal(t, int64(len(text)), e.Bytes())
 	}
-	p := w.s.Frame("r").Partial
+	p := w.s.Frame("r").Clone().Partial
 	require.NotNil(t, p)
 	assert.Equal(t, frames.PartialOutput{Text: text, IsPartial: true, Percent: 50, Chunks: int64(len(deltas)), StartedAt: p.StartedAt, UpdatedAt: w.now}, *p)
 	assert.Less(t, p.StartedAt, p.UpdatedAt)
@@ -247,4 +248,45 @@ func TestRecoverListsInterruptedOutputs(t *testing.T) {
 	assert.Equal(t, int64(6), r.Outputs[1].Chunks)
 	assert.True(t, r.Outputs[2].Omitted)
 	assert.Equal(t, int64(40), r.Outputs[2].Percent)
+}
+
+// A chunk costs its delta, not the text so far: 32,768 chunks of 8 bytes
+// (a 256 KiB output) allocate a few times the output, where copying the
+// text at every chunk would allocate 4 GiB. A state cloned between chunks
+// keeps its text while the original goes on growing.
+func TestPartialOutputAppendsInAmortizedTime(t *testing.T) {
+	s := frames.NewState("s", 0)
+	at := int64(1)
+	apply := func(e frames.Event) {
+		t.Helper()
+		at++
+		e.EventMeta().At = at
+		require.NoError(t, frames.Apply(s, e))
+	}
+	apply(&frames.FramePushed{Meta: frames.Meta{Scope: "s", Frame: "f"}, Goal: "g"})
+	const chunks, size = 32768, 8
+	delta := strings.Repeat("x", size)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var clone *frames.State
+	for i := range chunks {
+		apply(&frames.PartialOutputRecorded{Meta: frames.Meta{Scope: "s", Frame: "f"}, Delta: delta, Offset: int64(i * size), Chunk: int64(i + 1)})
+		if i == chunks/2 {
+			clone = s.Clone()
+		}
+	}
+	runtime.ReadMemStats(&after)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "allocated %d bytes for a %d-byte output", after.TotalAlloc-before.TotalAlloc, chunks*size)
+	assert.Equal(t, strings.Repeat(delta, chunks), s.Frame("f").Partial.Text)
+	assert.Equal(t, strings.Repeat(delta, chunks/2+1), clone.Frame("f").Partial.Text, "the clone's text is its own")
+
+	// The clone appends on its own: neither sees the other's chunks.
+	c := clone.Frame("f").Partial
+	require.NoError(t, frames.Apply(clone, &frames.PartialOutputRecorded{Meta: frames.Meta{Scope: "s", Frame: "f", At: at + 1}, Delta: "clone",
+		Offset: int64(len(c.Text)), Chunk: c.Chunks + 1}))
+	apply(&frames.PartialOutputRecorded{Meta: frames.Meta{Scope: "s", Frame: "f"}, Delta: "original", Offset: chunks * size, Chunk: chunks + 1})
+	assert.True(t, strings.HasSuffix(clone.Frame("f").Partial.Text, delta+"clone"))
+	assert.True(t, strings.HasSuffix(s.Frame("f").Partial.Text, delta+"original"))
+	assert.Len(t, s.Frame("f").Partial.Text, chunks*size+len("original"))
 }

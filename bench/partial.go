@@ -202,15 +202,24 @@ func newStreams(ctx context.Context, n *node, count, scopes int) (*streams, erro
 }
 
 // run runs every stream at its pace until during returns, and summarizes
-// its chunks' reply latencies over the time they ran.
+// its chunks' reply latencies over the time they ran. during starts once
+// every stream has sent its first chunk (within one interval): the
+// streams are all running while it runs.
 func (s *streams) run(ctx context.Context, during func() error) (Figure, error) {
 	stop := make(chan struct{})
 	lats := make([]Latencies, len(s.frames))
 	errc := make(chan error, len(s.frames))
-	var wg sync.WaitGroup
+	var wg, started sync.WaitGroup
+	started.Add(len(s.frames))
 	begin := time.Now()
 	for i := range s.frames {
 		wg.Go(func() {
+			first := true
+			defer func() {
+				if first {
+					started.Done()
+				}
+			}()
 			// Streams start spread over one interval, as independent calls do.
 			next := begin.Add(partialInterval * time.Duration(i) / time.Duration(len(s.frames)))
 			for {
@@ -230,6 +239,10 @@ func (s *streams) run(ctx context.Context, during func() error) (Figure, error) 
 					errc <- err
 					return
 				}
+				if first {
+					first = false
+					started.Done()
+				}
 				next = next.Add(partialInterval)
 				if now := time.Now(); next.Before(now) {
 					next = now // behind: send at once, never in a burst
@@ -237,6 +250,7 @@ func (s *streams) run(ctx context.Context, during func() error) (Figure, error) 
 			}
 		})
 	}
+	started.Wait()
 	err := during()
 	close(stop)
 	wg.Wait()

@@ -88,8 +88,8 @@ predecessor: the lines form one chain from version 1) and "from"
 {"stream","missing":{"from","through","hash","recorded_at","why"}} stands
 for it, where the next record's prev is "hash", and stderr says so. An
 archive that is not where its event says (moved elsewhere) is looked for
-as ARCHIVES/SCOPE/FILE with --archives. --format: jsonl (the only format
-so far).
+as ARCHIVES/SCOPE/FILE with --archives. --format: jsonl (state.json
+writes one run instead: see below).
 
 --from skips records with a global sequence below SEQ. A summary goes to
 stderr.
@@ -119,7 +119,7 @@ role, and its partial output (partial_cognition). See the README's
 	}
 	dir := fs.String("data", "./data", "data directory")
 	scope := fs.String("scope", "", "write this scope's whole history (archived and stored)")
-	format := fs.String("format", "jsonl", "output format (with --scope): jsonl; with --chain also md")
+	format := fs.String("format", "jsonl", "output format (with --scope): jsonl or state.json; with --chain jsonl or md")
 	chain := fs.String("chain", "", "with --scope: the transcript of the chain this frame is a link of")
 	frame := fs.String("frame", "", "with --scope and --format state.json: the frame to write (default: the current root)")
 	archives := fs.String("archives", "", "with --scope: look for archive files under this directory (ARCHIVES/SCOPE/FILE) before where their events say")

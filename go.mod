@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	github.com/hashicorp/golang-lru/v2 v2.0.7
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/stretchr/testify v1.12.1
 	github.com/tiktoken-go/tokenizer v0.10.0
 	github.com/vmihailenco/msgpack/v5 v5.4.1

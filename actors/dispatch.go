@@ -723,6 +723,22 @@ func init() {
 			return out
 		}),
 
+		// Partial output (frames/partial.go has the rules): one event per
+		// chunk; a busy scope's waiting chunks share one append (batch.go).
+		messages.OpRecordPartialOutput: mutation(
+			func(_ *handler, st *frames.State, r *messages.RecordPartialOutput, hdr frames.Header) (frames.Command, error) {
+				id, err := frames.ResolveFrame(st, r.FrameID)
+				return &frames.RecordPartialOutput{Header: hdr, FrameID: id, Delta: r.Delta, Percent: r.Percent, Final: r.Final, Start: r.Start}, err
+			},
+			func(_ *handler, r *messages.RecordPartialOutput, evs []frames.Event, res messages.Result) (messages.Reply, error) {
+				e, err := first[*frames.PartialOutputRecorded](r, evs)
+				if err != nil {
+					return nil, err
+				}
+				return &messages.RecordPartialOutputReply{Result: res, FrameID: frameOf(evs), Chunk: e.Chunk, Bytes: e.Bytes(),
+					IsPartial: !e.Final, Percent: e.Percent}, nil
+			}),
+
 		// ResumeChain reads its chain's finished head from the log first
 		// (prepare), then decides the new link.
 		messages.OpResumeChain: func() opEntry {
@@ -1197,6 +1213,7 @@ func (h *handler) resumeState(st *frames.State, info LoadInfo, start time.Time) 
 		}
 		out.LiveFrames = summaries(st, rec.Live)
 		out.PendingWork = rec.Pending
+		out.Outputs = rec.Outputs
 		seq, err := h.store.LastSeq(context.Background())
 		if err != nil {
 			return nil, err

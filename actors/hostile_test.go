@@ -317,6 +317,23 @@ func TestHostileInputCatalogue(t *testing.T) {
 		manyKeys[i] = fmt.Sprintf("k%d", i)
 	}
 	longKey := strings.Repeat("k", frames.DefaultMaxStateKeyBytes+1)
+	// Partial output: a frame streaming an output 10 bytes under the
+	// content limit (the bound of a whole output), and one suspended.
+	streaming := push(t, c, s, "", 10)
+	_, err = c.RecordPartialOutput(ctx, &messages.RecordPartialOutput{Header: mut(s), FrameID: streaming, Delta: strings.Repeat("o", maxContent-10), Percent: 50})
+	require.NoError(t, err)
+	partial := func(frame, delta string, percent int64) error {
+		_, err := c.RecordPartialOutput(ctx, &messages.RecordPartialOutput{Header: mut(s), FrameID: frame, Delta: delta, Percent: percent})
+		return err
+	}
+	namesAll := func(parts ...string) func(error) error { // the error names what is wrong
+		return func(err error) error {
+			for _, p := range parts {
+				assert.Contains(t, fmt.Sprint(err), p)
+			}
+			return err
+		}
+	}
 
 	type tc struct {
 		name string
@@ -1343,6 +1360,40 @@ func TestHostileInputCatalogue(t *testing.T) {
 			return history(messages.StateHistory{Key: "plan", Limit: frames.MaxStateOps + 1})
 		}, actors.ErrInvalidArgument, nil},
 		{"state: history before a negative version", func() error { return history(messages.StateHistory{Key: "plan", Before: -1}) }, actors.ErrInvalidArgument, nil},
+		// Partial output: sizes, text, percentages, and frames that take none.
+		{"partial output: a delta over the content limit", func() error {
+			return namesAll(streaming, "8193 bytes", "limit 8192")(partial(streaming, strings.Repeat("d", maxContent+1), 1))
+		}, actors.ErrTooLarge, nil},
+		{"partial output: a delta of 1 MiB", func() error {
+			return partial(streaming, strings.Repeat("d", 1<<20), 1)
+		}, actors.ErrTooLarge, nil},
+		{"partial output: an output past the content limit", func() error {
+			return namesAll(streaming, "8193 bytes", "limit 8192", "record the turn")(partial(streaming, strings.Repeat("d", 11), 1))
+		}, actors.ErrTooLarge, nil},
+		{"partial output: invalid UTF-8", func() error {
+			return namesAll(streaming, "UTF-8")(partial(streaming, "cut \xe6\x97", 1))
+		}, actors.ErrInvalidArgument, nil},
+		{"partial output: a NUL byte", func() error { return partial(streaming, "a\x00b", 1) }, actors.ErrInvalidArgument, nil},
+		{"partial output: a percentage of -1", func() error {
+			return namesAll(streaming, "-1", "0..100")(partial(streaming, "x", -1))
+		}, actors.ErrInvalidArgument, nil},
+		{"partial output: a percentage of 101", func() error { return partial(streaming, "x", 101) }, actors.ErrInvalidArgument, nil},
+		{"partial output: a percentage of -2^63", func() error { return partial(streaming, "x", math.MinInt64) }, actors.ErrInvalidArgument, nil},
+		{"partial output: an unknown frame", func() error { return partial(actors.NewID(), "x", 1) }, actors.ErrFrameNotFound, nil},
+		{"partial output: a frame of another scope", func() error {
+			return sameAsUnknown(t, otherRoot, func(id string) error { return partial(id, "x", 1) })
+		}, actors.ErrFrameNotFound, nil},
+		{"partial output: a finished frame", func() error { return namesAll(gone, "cancelled")(partial(gone, "x", 1)) }, actors.ErrFrameNotLive, nil},
+		{"partial output: a continued frame", func() error { return headIs(cont.FrameID)(partial(contOld, "x", 1)) }, actors.ErrFrameContinued, nil},
+		{"partial output: a frame id with NUL", func() error { return partial(streaming+"\x00", "x", 1) }, actors.ErrInvalidArgument, nil},
+		{"partial output: no active frame to default to", func() error {
+			_, err := c.RecordPartialOutput(ctx, &messages.RecordPartialOutput{Header: mut("no-frames-here"), Delta: "x"})
+			return err
+		}, actors.ErrNoActiveFrame, nil},
+		{"partial output: a reused request id, another delta", func() error {
+			_, err := c.RecordPartialOutput(ctx, &messages.RecordPartialOutput{Header: m("reused"), FrameID: streaming, Delta: "x"})
+			return err
+		}, actors.ErrRequestIDReused, nil},
 
 		// The data file: a damaged scope, a truncated file, a held file.
 		{"a scope whose log is damaged: read", func() error {
@@ -1446,6 +1497,21 @@ func TestHostileInputCatalogue(t *testing.T) {
 	t.Logf("hostile input catalogue: %d cases", len(cases))
 
 	// What the catalogue's refusals must not disturb.
+	// The streaming frame's output is as it was and goes on; a suspended
+	// frame takes output (it may arrive as a frame is suspended).
+	sf, err := c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: s}, FrameID: streaming})
+	require.NoError(t, err)
+	require.NotNil(t, sf.Frame.Partial)
+	assert.Equal(t, strings.Repeat("o", maxContent-10), sf.Frame.Partial.Text)
+	assert.Equal(t, int64(1), sf.Frame.Partial.Chunks)
+	pr, err := c.RecordPartialOutput(ctx, &messages.RecordPartialOutput{Header: mut(s), FrameID: streaming, Delta: "0123456789", Percent: 100, Final: true})
+	require.NoError(t, err)
+	assert.Equal(t, int64(maxContent), pr.Bytes, "exactly at the limit")
+	require.NoError(t, partial(d3, "while suspended", 100))
+	sd, err := c.GetFrame(ctx, &messages.GetFrame{Header: messages.Header{Scope: s}, FrameID: d3})
+	require.NoError(t, err)
+	assert.Equal(t, frames.StatusSuspended, sd.Frame.Status)
+	assert.Equal(t, "while suspended", sd.Frame.Partial.Text)
 	// The ledger is as it was: lp spent 10 and was settled 5, and holds
 	// 100 here, 200 and 195 for the work in kid; that work still settles,
 	// once.

@@ -70,7 +70,7 @@ func (c *countingState) StateHistory(ctx context.Context, req *messages.StateHis
 	return c.StateClient.StateHistory(ctx, req)
 }
 
-func setState(t *testing.T, e *env, scope string, ops ...messages.StateOp) int64 {
+func changeStateOf(t *testing.T, e *env, scope string, ops ...messages.StateOp) int64 {
 	t.Helper()
 	r, err := e.c.ChangeState(ctx, &messages.ChangeState{Header: mut(scope), Ops: ops})
 	require.NoError(t, err)
@@ -104,7 +104,7 @@ func items(ss ...string) [][]byte {
 func TestStateHandleLoadsOnce(t *testing.T) {
 	e := newEnv(t)
 	s := "lazy"
-	setState(t, e, s, messages.StateOp{Kind: "set", Key: "a", Value: []byte("1")},
+	changeStateOf(t, e, s, messages.StateOp{Kind: "set", Key: "a", Value: []byte("1")},
 		messages.StateOp{Kind: "push", Key: "l", Value: []byte("x")}, messages.StateOp{Kind: "set", Key: "n", Value: []byte("42")})
 	cs := &countingState{StateClient: e.c}
 	h := actors.NewStateHandle(cs, s, "")
@@ -159,7 +159,7 @@ func TestStateHandleLoadsOnce(t *testing.T) {
 func TestStateHandleWriteOnlyFlush(t *testing.T) {
 	e := newEnv(t)
 	s := "writer"
-	setState(t, e, s, messages.StateOp{Kind: "set", Key: "gone", Value: []byte("old")})
+	changeStateOf(t, e, s, messages.StateOp{Kind: "set", Key: "gone", Value: []byte("old")})
 	cs := &countingState{StateClient: e.c}
 	h := actors.NewStateHandle(cs, s, "")
 	assert.False(t, h.Dirty())
@@ -232,7 +232,7 @@ func TestStateHandleWriteOnlyFlush(t *testing.T) {
 func TestStateHandleFlushAllOrNothing(t *testing.T) {
 	e := newEnv(t)
 	s := "racers"
-	setState(t, e, s, messages.StateOp{Kind: "set", Key: "count", Value: []byte("0")})
+	changeStateOf(t, e, s, messages.StateOp{Kind: "set", Key: "count", Value: []byte("0")})
 	h1, h2 := e.c.State(s), e.c.State(s)
 	require.NoError(t, h1.Load(ctx))
 	require.NoError(t, h2.Load(ctx))
@@ -397,12 +397,12 @@ func TestStateHandleLoadIsConsistent(t *testing.T) {
 	e := newEnv(t)
 	s := "moving"
 	for _, k := range []string{"a", "b", "c", "d", "e"} {
-		setState(t, e, s, messages.StateOp{Kind: "set", Key: k, Value: []byte(k)})
+		changeStateOf(t, e, s, messages.StateOp{Kind: "set", Key: k, Value: []byte(k)})
 	}
 	cs := &countingState{StateClient: e.c, pageSize: 2}
 	cs.beforeRange = func(n int) {
 		if n == 2 { // between the first load's pages: "a" moves on, "z" appears
-			setState(t, e, s, messages.StateOp{Kind: "set", Key: "a", Value: []byte("A")}, messages.StateOp{Kind: "set", Key: "z", Value: []byte("z")})
+			changeStateOf(t, e, s, messages.StateOp{Kind: "set", Key: "a", Value: []byte("A")}, messages.StateOp{Kind: "set", Key: "z", Value: []byte("z")})
 		}
 	}
 	h := actors.NewStateHandle(cs, s, "")
@@ -417,7 +417,7 @@ func TestStateHandleLoadIsConsistent(t *testing.T) {
 	always := &countingState{StateClient: e.c, pageSize: 2}
 	always.beforeRange = func(n int) {
 		if n%3 == 2 {
-			setState(t, e, s, messages.StateOp{Kind: "set", Key: "a", Value: []byte(fmt.Sprint(n))})
+			changeStateOf(t, e, s, messages.StateOp{Kind: "set", Key: "a", Value: []byte(fmt.Sprint(n))})
 		}
 	}
 	h = actors.NewStateHandle(always, s, "")

@@ -83,6 +83,7 @@ func TestRunTiny(t *testing.T) {
 		assert.Equal(t, l.ChildrenMicros, l.ActualMicros, "the parent is charged exactly what its children spent")
 		assert.Positive(t, l.EventsChecked)
 	}
+	checkPartial(t, rep)
 	assert.NotEmpty(t, rep.Goals)
 	names := make([]string, 0, len(rep.Goals))
 	for _, g := range rep.Goals {
@@ -94,7 +95,7 @@ func TestRunTiny(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, bench.WriteText(&out, rep))
 	require.Len(t, rep.State, 2)
-	for _, want := range []string{"Durable PushFrame + AddContextHandle", "AssembleContextPack", "Cold ResumeActor", "Bytes on disk", "Remote round trips", "Spend ledger", "Scope state", "Goals"} {
+	for _, want := range []string{"Durable PushFrame + AddContextHandle", "AssembleContextPack", "Cold ResumeActor", "Bytes on disk", "Remote round trips", "Spend ledger", "Scope state", "Partial output", "Goals"} {
 		assert.Contains(t, out.String(), want)
 	}
 	b, err := json.Marshal(rep)
@@ -303,4 +304,44 @@ func TestGoals(t *testing.T) {
 	assert.False(t, g.Met)
 	assert.Contains(t, g.Note, "94%")
 	assert.True(t, bench.AtLeast("ratio", 5, 4, "%.1f").Met)
+}
+
+// checkPartial checks the partial-output scenario's figures: 64 streams in
+// 64 scopes and in 4, each phase measured in every round.
+func checkPartial(t *testing.T, rep *bench.Report) {
+	t.Helper()
+	require.Len(t, rep.Partial, 2)
+	for i, x := range rep.Partial {
+		assert.Equal(t, 64, x.Streams)
+		assert.Equal(t, []int{64, 4}[i], x.Scopes)
+		assert.InDelta(t, 3200, x.OfferedRate, 1e-9, "64 streams, one chunk per 20 ms each")
+		require.Len(t, x.RoundFigures, x.Rounds)
+		for _, f := range []bench.Figure{x.Alone, x.WithDurable, x.Durable, x.DurableWith} {
+			assert.Positive(t, f.Ops, "scopes=%d", x.Scopes)
+			assert.Positive(t, f.OpsPerSec)
+			assert.LessOrEqual(t, f.P50us, f.P99us)
+		}
+		assert.Equal(t, x.Durable.Ops, x.DurableWith.Ops, "the same durable workload with and without the streams")
+		assert.Positive(t, x.FsyncsPerSec, "the journal's fdatasyncs are counted")
+		assert.Positive(t, x.ChunksPerFsync)
+		assert.InDelta(t, x.DurableWith.OpsPerSec/x.Durable.OpsPerSec, x.DurableRatio, 1e-9)
+	}
+}
+
+// TestPartialScenario runs the partial-output scenario alone at a tiny
+// scale: it runs, fills its figures, and its goal is reported. Timing is
+// never checked.
+func TestPartialScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes fsynced files")
+	}
+	rep, err := bench.Run(context.Background(), bench.Options{Dir: t.TempDir(), Scale: 0.002, Rounds: 2, Only: []string{bench.ScenarioPartial}})
+	require.NoError(t, err)
+	checkPartial(t, rep)
+	require.Empty(t, rep.Durable, "only the scenario asked for")
+	var names []string
+	for _, g := range rep.Goals {
+		names = append(names, g.Name)
+	}
+	assert.Contains(t, names, "partial output, 64 streams over 4 scopes: chunks/s achieved ÷ offered (alone)")
 }

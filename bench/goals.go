@@ -104,5 +104,9 @@ func (r *Report) goals() []Goal {
 	for _, x := range r.Remote {
 		out = append(out, AtLeast(fmt.Sprintf("remote GetStack ÷ trivial remote echo, %d callers (ops/s)", x.Callers), x.GetStackOverEcho, 0.5, "%.2f"))
 	}
+	for _, x := range r.Partial { // issue 15: the streams keep their pace
+		out = append(out, AtLeast(fmt.Sprintf("partial output, %d streams over %d scopes: chunks/s achieved ÷ offered (alone)", x.Streams, x.Scopes),
+			Ratio(x.Alone.OpsPerSec, x.OfferedRate), 0.95, "%.2f"))
+	}
 	return out
 }

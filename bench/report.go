@@ -24,10 +24,13 @@ const (
 	ScenarioLedger = "ledger"
 	// ScenarioState is scope key-value state beside the frame operations.
 	ScenarioState = "state"
+	// ScenarioPartial is 64 model calls streaming their output, and what
+	// they cost the durable workload.
+	ScenarioPartial = "partial"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote, ScenarioLongLived, ScenarioLedger, ScenarioState}
+var Scenarios = []string{ScenarioDurable, ScenarioAssemble, ScenarioResume, ScenarioStorage, ScenarioRemote, ScenarioLongLived, ScenarioLedger, ScenarioState, ScenarioPartial}
 
 // Options configure Run. The zero value runs every scenario at full size
 // in the system's temporary directory.
@@ -67,6 +70,14 @@ func (o *Options) scale(n int, least int) int {
 		s = 1
 	}
 	return max(int(float64(n)*s+0.5), least)
+}
+
+// scaleFactor is Scale, 1 when unset.
+func (o *Options) scaleFactor() float64 {
+	if o.Scale <= 0 {
+		return 1
+	}
+	return o.Scale
 }
 
 func (o *Options) rounds() int {
@@ -117,7 +128,10 @@ type Report struct {
 	Ledger []LedgerResult `json:"ledger,omitempty"`
 	// State is the scope-state scenario (issue 15), at 1 and 64 scopes.
 	State []StateResult `json:"state,omitempty"`
-	Goals []Goal        `json:"goals,omitempty"`
+	// Partial is the partial-output scenario (issue 15): 64 streams in 64
+	// scopes, and in 4.
+	Partial []PartialResult `json:"partial,omitempty"`
+	Goals   []Goal          `json:"goals,omitempty"`
 }
 
 // Machine identifies where a report was measured.
@@ -257,6 +271,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				return rep, fmt.Errorf("state, %d scopes: %w", c.scopes, err)
 			}
 			rep.State = append(rep.State, r)
+		}
+	}
+	if o.runs(ScenarioPartial) {
+		for _, scopes := range []int{partialStreams, 4} {
+			r, err := partial(ctx, &o, partialStreams, scopes)
+			if err != nil {
+				return rep, fmt.Errorf("partial output, %d streams over %d scopes: %w", partialStreams, scopes, err)
+			}
+			rep.Partial = append(rep.Partial, r)
 		}
 	}
 	rep.Seconds = time.Since(begin).Seconds()

@@ -189,8 +189,25 @@ func WriteText(w io.Writer, r *Report) error {
 				x.Scopes, num(x.SetTTLRow.OpsPerSec), num(x.SetTTLRow.P50us), num(x.SetTTLRow.P99us), x.SetTTLRow.Ops)
 		}
 	}
+	if len(r.Partial) > 0 {
+		x0 := r.Partial[0]
+		fmt.Fprintf(w, "\nPartial output: %d streams, one RecordPartialOutput of %d bytes every %.0f ms each (%s chunks/s offered; a final chunk and a\n",
+			x0.Streams, x0.ChunkBytes, x0.IntervalMs, num(x0.OfferedRate))
+		fmt.Fprintf(w, "turn every %d chunks), alone and while %d agents run the durable PushFrame/AddContextHandle workload; that workload alone and\n", partialTurnChunks, partialAgents)
+		fmt.Fprintf(w, "with the streams. Medians of %d alternating rounds; chunk latencies are replies, fsyncs the journal's fdatasyncs while the streams ran alone.\n", x0.Rounds)
+		p("scopes\tchunks/s\tp50 µs\tp99 µs\tfsyncs/s\tchunks/fsync\t│\twith durable: chunks/s\tp50 µs\tp99 µs\t│\tdurable alone ops/s\twith streams\twith ÷ alone\t\n")
+		for _, x := range r.Partial {
+			p("%d\t%s\t%s\t%s\t%s\t%.1f\t│\t%s\t%s\t%s\t│\t%s\t%s\t%.2f\t\n", x.Scopes,
+				num(x.Alone.OpsPerSec), num(x.Alone.P50us), num(x.Alone.P99us), num(x.FsyncsPerSec), x.ChunksPerFsync,
+				num(x.WithDurable.OpsPerSec), num(x.WithDurable.P50us), num(x.WithDurable.P99us),
+				num(x.Durable.OpsPerSec), num(x.DurableWith.OpsPerSec), x.DurableRatio)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(r.Goals) > 0 {
-		fmt.Fprintf(w, "\nGoals (issues 4, 10, 11 and 14) that this run can judge:\n")
+		fmt.Fprintf(w, "\nGoals (issues 4, 10, 11, 14 and 15) that this run can judge:\n")
 		if err := WriteGoals(w, r.Goals); err != nil {
 			return err
 		}

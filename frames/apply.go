@@ -75,6 +75,8 @@ func Apply(s *State, e Event) error {
 		err = applySpendSettled(s, ev)
 	case *SpendDelivered:
 		err = applySpendDelivered(s, ev)
+	case *PartialOutputRecorded:
+		err = applyPartialOutput(s, ev)
 	default:
 		return fmt.Errorf("%w: %T", ErrUnknownEventType, e)
 	}
@@ -115,7 +117,7 @@ func applyPushed(s *State, e *FramePushed, version int64) error {
 	if e.ContinuedFrom != "" {
 		return applyLinkPushed(s, e, version)
 	}
-	if e.Cost != nil || e.InDoubt != nil || e.Freed != nil || e.Resumed != nil || e.ChainRoot != "" {
+	if e.Cost != nil || e.InDoubt != nil || e.Freed != nil || e.Resumed != nil || e.ChainRoot != "" || e.Partial != nil {
 		return inconsistent("frame %q pushed with a chain's fields and no link it continues", e.Frame)
 	}
 	return applyNewPushed(s, e, version)
@@ -269,6 +271,7 @@ func applyPopped(s *State, e *FramePopped) error {
 	f.Status = e.Status
 	f.CompletedAt = e.At
 	f.Suspension = nil
+	f.Partial = nil // a finished frame has no output in progress (a continuation took it along)
 	if cont {
 		f.ContinuedTo = e.ContinuedTo
 		if f.ChainRoot == "" {
@@ -526,6 +529,7 @@ func applyUsage(s *State, e *UsageRecorded) error {
 		return inconsistent("usage keeps %d calibration samples of none", e.CalibrationKeep)
 	}
 	f.Cost, f.Budget = cost, b
+	endPartialOnTurn(f, e)
 	return nil
 }
 

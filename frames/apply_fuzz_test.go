@@ -96,7 +96,7 @@ func (p *program) event(s *frames.State, now int64) frames.Event {
 	if fr := s.Frames[f]; fr != nil && fr.Suspension != nil && p.intn(2) == 0 {
 		tok = fr.Suspension.TokenID
 	}
-	switch p.intn(14) {
+	switch p.intn(15) {
 	case 0:
 		parent := ""
 		depth := int64(0)
@@ -166,6 +166,8 @@ func (p *program) event(s *frames.State, now int64) frames.Event {
 		return &frames.UsageRecorded{Meta: m, Cost: p.cost()}
 	case 10:
 		return &frames.ToolStarted{Meta: m, CallID: fmt.Sprintf("c%d", p.intn(4)), Name: "tool"}
+	case 11:
+		return &frames.PartialOutputRecorded{Meta: m, Delta: "chunk", Offset: int64(p.intn(12)), Chunk: int64(p.intn(4)), Percent: int64(p.intn(120)), Final: p.intn(3) == 0}
 	case 12:
 		e := &frames.StateChanged{Meta: m, Expired: p.expiredKeys(s, f, p.intn(3))}
 		for range p.intn(4) {
@@ -235,7 +237,7 @@ func (p *program) command(s *frames.State, hdr frames.Header) frames.Command {
 	f := p.frame(s)
 	mint := frames.Mint{TokenID: fmt.Sprintf("m%d", p.n), ExpiresAt: hdr.Now + 1 + int64(p.intn(100))}
 	p.n++
-	switch p.intn(12) {
+	switch p.intn(13) {
 	case 0, 1:
 		parent := ""
 		if p.intn(2) == 0 {
@@ -264,6 +266,8 @@ func (p *program) command(s *frames.State, hdr frames.Header) frames.Command {
 		return &frames.ResumeFrame{Header: hdr, FrameID: f, TokenID: tok}
 	case 7:
 		return &frames.StartToolCall{Header: hdr, FrameID: f, CallID: fmt.Sprintf("c%d", p.intn(4)), Name: "tool"}
+	case 9:
+		return &frames.RecordPartialOutput{Header: hdr, FrameID: f, Delta: "delta ", Percent: int64(p.intn(101)), Final: p.intn(4) == 0, Start: p.intn(8) == 0}
 	case 8:
 		ch, rh := p.handle(s, f), p.handle(s, f)
 		ch.ID, rh.ID = fmt.Sprintf("hc%d", p.n), fmt.Sprintf("hr%d", p.n)

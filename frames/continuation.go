@@ -211,7 +211,7 @@ func (d decider) continueFrame(f *Frame, pending []ContextHandle, ceiling int64,
 	b.SubcallAllocation = 0 // no live children
 	evs = append(evs, &FramePushed{Meta: d.meta(m.FrameID, ReasonImplied), ParentID: f.ParentID, Goal: f.Goal, Inputs: cloneBytes(f.Inputs),
 		Depth: f.Depth, Budget: b, Limits: f.Limits, ContinuedFrom: f.ID, ChainRoot: root, ContextWindow: f.ContextWindow,
-		Cost: &cost, InDoubt: inDoubt, Freed: lastFreed(f.Freed, freed), Reservation: f.Reservation})
+		Cost: &cost, InDoubt: inDoubt, Freed: lastFreed(f.Freed, freed), Reservation: f.Reservation, Partial: f.Partial.clone()})
 	return append(evs, d.carriedEvents(m.FrameID, handles)...), nil
 }
 
@@ -628,8 +628,8 @@ func applyLinkPushed(s *State, e *FramePushed, version int64) error {
 		return err
 	}
 	if !cont {
-		if e.Cost != nil || e.InDoubt != nil || e.Freed != nil {
-			return inconsistent("resumed link %q carries cost, calls or attempts", e.Frame)
+		if e.Cost != nil || e.InDoubt != nil || e.Freed != nil || e.Partial != nil {
+			return inconsistent("resumed link %q carries cost, calls, attempts or output", e.Frame)
 		}
 		if err := applyNewPushed(s, e, version); err != nil {
 			return err
@@ -678,9 +678,12 @@ func applyLinkPushed(s *State, e *FramePushed, version int64) error {
 	f := &Frame{ID: e.Frame, ParentID: e.ParentID, Goal: e.Goal, Inputs: cloneBytes(e.Inputs), Status: StatusActive,
 		Depth: e.Depth, Budget: e.Budget, Limits: e.Limits, Cost: cost, CreatedAt: e.At, PushSeq: version,
 		ContextWindow: e.ContextWindow, ContinuedFrom: e.ContinuedFrom, ChainRoot: e.ChainRoot,
-		Freed: append([]int64(nil), e.Freed...), Reservation: e.Reservation}
+		Freed: append([]int64(nil), e.Freed...), Reservation: e.Reservation, Partial: e.Partial.clone()}
 	if e.Binding != nil {
 		return inconsistent("continuation %q with a binding of its own", e.Frame)
+	}
+	if p := e.Partial; p != nil && (p.Chunks < 1 || p.Chunks > MaxPartialChunks || p.Percent < 0 || p.Percent > 100) {
+		return inconsistent("continuation %q carries an output of %d chunks at %d%%", e.Frame, p.Chunks, p.Percent)
 	}
 	for _, r := range s.Reservations {
 		if r.Frame == f.ID { // handed on by the link it continues

@@ -83,6 +83,8 @@ func Decide(cfg Config, s *State, cmd Command) ([]Event, error) {
 		evs, err = d.settleSpend(c)
 	case *AckSettlement:
 		evs, err = d.ackSettlement(c)
+	case *RecordPartialOutput:
+		evs, err = d.partialOutput(c)
 	default:
 		return nil, invalid("unknown command %T", cmd)
 	}

@@ -95,6 +95,8 @@ func NewEvent(eventType string) (Event, error) {
 		return &SpendSettled{}, nil
 	case TypeSpendDelivered:
 		return &SpendDelivered{}, nil
+	case TypePartialOutput:
+		return &PartialOutputRecorded{}, nil
 	}
 	return nil, ErrUnknownEventType
 }
@@ -128,6 +130,9 @@ type FramePushed struct {
 	// reservation, the outbox entry that will settle it.
 	Reservation string   `msgpack:"rv,omitempty"`
 	Binding     *Binding `msgpack:"bn,omitempty"`
+	// Partial is the output in progress a continuation takes along from
+	// the link it continues (Frame.Partial).
+	Partial *PartialOutput `msgpack:"po,omitempty"`
 }
 
 // FrameUpdated: some of a frame's fields changed.

@@ -173,6 +173,9 @@ func CheckInvariants(s *State) error {
 	if err := checkKVInvariants(s); err != nil {
 		return err
 	}
+	if err := checkPartialInvariants(s); err != nil {
+		return err
+	}
 	return checkContentInvariants(s)
 }
 

@@ -61,7 +61,7 @@ func genCommand(t *rapid.T, s *frames.State, hdr frames.Header, n int) frames.Co
 		}
 		return &cl
 	}
-	switch rapid.IntRange(0, 18).Draw(t, "op") {
+	switch rapid.IntRange(0, 20).Draw(t, "op") {
 	case 0, 1:
 		parent := ""
 		if rapid.Bool().Draw(t, "child") {
@@ -184,13 +184,16 @@ func genCommand(t *rapid.T, s *frames.State, hdr frames.Header, n int) frames.Co
 		return &frames.ChangeState{Header: hdr, Ops: ops}
 	case 18:
 		return &frames.ExpireState{Header: hdr}
+	case 19:
+		return &frames.RecordPartialOutput{Header: hdr, FrameID: frame(), Delta: rapid.SampledFrom([]string{"", "chunk ", "日本 ", "\xff"}).Draw(t, "delta"),
+			Percent: rapid.Int64Range(-1, 101).Draw(t, "percent"), Final: rapid.IntRange(0, 4).Draw(t, "final") == 0, Start: rapid.IntRange(0, 7).Draw(t, "start") == 0}
 	default:
 		return &frames.AddResult{Header: hdr, FrameID: frame(), Result: frames.ResultRef{ID: fmt.Sprintf("r%d", n), Kind: "file", Ref: "/tmp/x"}}
 	}
 }
 
-// Random command sequences (the spend ledger's operations and scope state
-// among them):
+// Random command sequences (the spend ledger's operations, scope state
+// and partial output among them):
 // every accepted command's events apply cleanly,
 // every invariant holds after every event, rejected commands change nothing,
 // and replaying the log yields the same state.

@@ -15,6 +15,10 @@ type Recovery struct {
 	// InDoubt counts the tool calls started and never finished: they may or
 	// may not have run, and must never be re-run blindly.
 	InDoubt int
+	// Outputs are the live frames' outputs in progress (or complete and
+	// not yet recorded as a turn), in push order: what the model had said
+	// when the actor stopped (see InterruptedOutputs).
+	Outputs []InterruptedOutput
 }
 
 // Recover reports what s holds for a restarting actor. An empty scope
@@ -28,6 +32,7 @@ func Recover(s *State) Recovery {
 		r.Current, r.Stack = top, s.Ancestry(top.ID)
 	}
 	r.Live = s.LiveFrames()
+	r.Outputs = InterruptedOutputs(r.Live)
 	r.Pending = s.Pending()
 	for _, p := range r.Pending {
 		if p.Kind == PendingToolInDoubt {

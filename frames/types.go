@@ -214,6 +214,9 @@ type Frame struct {
 	// KV is the frame's key-value state: it ends with the frame and moves
 	// to a continuation with it (kv.go).
 	KV map[string]*KVEntry `msgpack:"kv,omitempty"`
+	// Partial is the frame's current model output, streamed chunk by
+	// chunk (partial.go); nil when it has none.
+	Partial *PartialOutput `msgpack:"po,omitempty"`
 
 	handleIdx map[string]int // id -> index in Handles; rebuilt when stale
 }
@@ -299,6 +302,7 @@ func (f *Frame) Clone() *Frame {
 	c.Children = append([]string(nil), f.Children...)
 	c.Freed = append([]int64(nil), f.Freed...)
 	c.KV = cloneKV(f.KV)
+	c.Partial = f.Partial.clone()
 	if f.Suspension != nil {
 		s := *f.Suspension
 		if s.Limit != nil {

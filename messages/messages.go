@@ -530,6 +530,12 @@ type ActorResumeState struct {
 	LiveFrames   []FrameSummary       `msgpack:"lf,omitempty"` // every live frame, push order
 	PendingWork  []frames.PendingWork `msgpack:"pw,omitempty"`
 	Recovery     RecoverySummary      `msgpack:"rs"`
+	// Outputs are the live frames' model outputs that were streaming (or
+	// complete and not yet recorded as a turn) when the actor stopped, in
+	// push order (RecordPartialOutput). Past 512 KiB of text in all, an
+	// output is listed without its text (Omitted): GetFrame's
+	// Frame.Partial has it.
+	Outputs []frames.InterruptedOutput `msgpack:"po,omitempty"`
 }
 
 // GetFrame reads one frame; WithHandles includes its context handles.

@@ -45,6 +45,7 @@ const (
 	OpRangeState
 	OpStateHistory
 	OpExpireState
+	OpRecordPartialOutput
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -151,6 +152,8 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(StateHistory) }, NewReply: func() Reply { return new(StateHistoryReply) }},
 	OpExpireState: {Name: "ExpireState", ReplyName: "ExpireStateReply", Mutates: true,
 		NewRequest: func() Request { return new(ExpireState) }, NewReply: func() Reply { return new(ExpireStateReply) }},
+	OpRecordPartialOutput: {Name: "RecordPartialOutput", ReplyName: "RecordPartialOutputReply", Mutates: true,
+		NewRequest: func() Request { return new(RecordPartialOutput) }, NewReply: func() Reply { return new(RecordPartialOutputReply) }},
 }
 
 func init() {

@@ -84,7 +84,7 @@ func onTheWire(t *testing.T, m *wire.Message) *wire.Message {
 
 func TestEveryTypeRoundTrips(t *testing.T) {
 	names := wire.Names()
-	require.Len(t, names, 79, "38 requests, 38 replies, Failure and 2 hook notifications")
+	require.Len(t, names, 81, "39 requests, 39 replies, Failure and 2 hook notifications")
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v, ok := wire.New(name)
@@ -228,14 +228,14 @@ func TestWireNamesNeverChange(t *testing.T) {
 		"CompactContext", "ResumeActor", "GetFrame", "GetStack", "ApplyRetention", "DestroyScope", "SearchChain",
 		"ContinueFrame", "GetChain", "ResumeChain", "AwaitFrame", "Subscribe", "ReadEvents", "AckEvents", "Unsubscribe", "ListFrames",
 		"ReserveSpend", "RenewReservation", "ReleaseReservation", "SettleSpend", "AckSettlement", "GetLedger",
-		"ChangeState", "GetState", "RangeState", "StateHistory", "ExpireState",
+		"ChangeState", "GetState", "RangeState", "StateHistory", "ExpireState", "RecordPartialOutput",
 		"PushFrameReply", "PopFrameReply", "UpdateFrameReply", "AddContextHandleReply", "AddResultReply",
 		"RecordUsageReply", "StartToolCallReply", "FinishToolCallReply", "ContextPack", "SuspensionToken",
 		"ResumeFrameReply", "CompactionResult", "ActorResumeState", "GetFrameReply", "GetStackReply",
 		"ApplyRetentionReply", "DestroyScopeReply", "SearchChainReply", "ContinueFrameReply", "GetChainReply", "ResumeChainReply", "AwaitFrameReply",
 		"SubscribeReply", "ReadEventsReply", "AckEventsReply", "UnsubscribeReply", "ListFramesReply",
 		"ReserveSpendReply", "RenewReservationReply", "ReleaseReservationReply", "SettleSpendReply", "AckSettlementReply", "GetLedgerReply",
-		"ChangeStateReply", "GetStateReply", "RangeStateReply", "StateHistoryReply", "ExpireStateReply",
+		"ChangeStateReply", "GetStateReply", "RangeStateReply", "StateHistoryReply", "ExpireStateReply", "RecordPartialOutputReply",
 		wire.FailureType,
 		"HookNotification", "HookAck",
 	}, wire.Names())

@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	register(command{name: "bench", summary: "[--json] [--scale X] [--rounds N] [--only LIST] [--storage-events N] [--storage-pages LIST]   run the fixed benchmarks: durable, assemble, resume, storage, remote, longlived, ledger, state", run: benchCmd})
+	register(command{name: "bench", summary: "[--json] [--scale X] [--rounds N] [--only LIST] [--storage-events N] [--storage-pages LIST]   run the fixed benchmarks: durable, assemble, resume, storage, remote, longlived, ledger, state, partial", run: benchCmd})
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {

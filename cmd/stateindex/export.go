@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(command{name: "export", summary: "--data DIR [--scope S [--chain ID] [--format jsonl|md] [--archives DIR]] [--from SEQ]   write records (a scope's whole history, or a chain's transcript) to stdout", run: exportCmd})
+	register(command{name: "export", summary: "--data DIR [--scope S [--chain ID] [--format jsonl|md] [--archives DIR]] [--from SEQ]   write records (a scope's whole history, or a chain's transcript) to stdout; --scope S [--frame F] --format state.json: one run in the seed's state schema", run: exportCmd})
 }
 
 // exportRecord is one line of export's output.
@@ -71,6 +71,7 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, `Usage: stateindex export --data DIR [--from SEQ]
        stateindex export --data DIR --scope S [--format jsonl] [--archives DIR] [--from SEQ]
        stateindex export --data DIR --scope S --chain ID [--format jsonl|md] [--archives DIR]
+       stateindex export --data DIR --scope S [--frame F] --format state.json
 
 Without --scope, writes the records of DIR/stateindex.db to stdout as JSON
 Lines, in global sequence order: {"stream","version","seq","type","data"
@@ -87,8 +88,8 @@ predecessor: the lines form one chain from version 1) and "from"
 {"stream","missing":{"from","through","hash","recorded_at","why"}} stands
 for it, where the next record's prev is "hash", and stderr says so. An
 archive that is not where its event says (moved elsewhere) is looked for
-as ARCHIVES/SCOPE/FILE with --archives. --format: jsonl (the only format
-so far).
+as ARCHIVES/SCOPE/FILE with --archives. --format: jsonl (state.json
+writes one run instead: see below).
 
 --from skips records with a global sequence below SEQ. A summary goes to
 stderr.
@@ -103,13 +104,24 @@ that covers the chain, exactly as stored (as archives hold them: "raw",
 a readable rendering: each link's goal, budget and cost, its handles in
 order, tool calls with their results, results, and the handoffs.
 
+With --format state.json, writes one run as a JSON document of the seed's
+state schema (state-persistence-checkpoints.md): frame F (default: the
+root of the scope's current top of stack, else of its most recently pushed
+live frame), live or finished (a finished frame is read from the log),
+with its identity, inputs, cost (spend in dollars), limits (null where
+unlimited), status mapped onto running, suspended, completed, error and
+cancelled, suspension and limit metadata, messages from its context by
+role, and its partial output (partial_cognition). See the README's
+"state.json" section for the mapping.
+
 `+recoveryNote+"\n")
 		fs.PrintDefaults()
 	}
 	dir := fs.String("data", "./data", "data directory")
 	scope := fs.String("scope", "", "write this scope's whole history (archived and stored)")
-	format := fs.String("format", "jsonl", "output format (with --scope): jsonl; with --chain also md")
+	format := fs.String("format", "jsonl", "output format (with --scope): jsonl or state.json; with --chain jsonl or md")
 	chain := fs.String("chain", "", "with --scope: the transcript of the chain this frame is a link of")
+	frame := fs.String("frame", "", "with --scope and --format state.json: the frame to write (default: the current root)")
 	archives := fs.String("archives", "", "with --scope: look for archive files under this directory (ARCHIVES/SCOPE/FILE) before where their events say")
 	from := fs.Uint64("from", 1, "first global sequence to write")
 	if err := fs.Parse(args); err != nil {
@@ -120,8 +132,18 @@ order, tool calls with their results, results, and the handoffs.
 		fs.Usage()
 		return errUsage
 	}
-	if *format != "jsonl" && !(*format == "md" && *chain != "") {
-		fmt.Fprintf(stderr, "stateindex export: unknown --format %q (known: jsonl); md needs --chain\n", *format)
+	if *format != "jsonl" && !(*format == "md" && *chain != "") && *format != formatStateJSON {
+		fmt.Fprintf(stderr, "stateindex export: unknown --format %q (known: jsonl, state.json); md needs --chain\n", *format)
+		fs.Usage()
+		return errUsage
+	}
+	if *format == formatStateJSON && (*scope == "" || *chain != "" || *archives != "") {
+		fmt.Fprintln(stderr, "stateindex export: --format state.json needs --scope (and takes neither --chain nor --archives)")
+		fs.Usage()
+		return errUsage
+	}
+	if *frame != "" && (*scope == "" || *format != formatStateJSON) {
+		fmt.Fprintln(stderr, "stateindex export: --frame needs --scope and --format state.json")
 		fs.Usage()
 		return errUsage
 	}
@@ -145,7 +167,9 @@ order, tool calls with their results, results, and the handoffs.
 	defer store.Close()
 	ctx := context.Background()
 	w := bufio.NewWriterSize(stdout, 64<<10)
-	if *chain != "" {
+	if *format == formatStateJSON {
+		err = exportStateJSON(ctx, store, *dir, *scope, *frame, w, stderr)
+	} else if *chain != "" {
 		err = exportChain(ctx, store, *scope, *chain, *format, *archives, w, stderr)
 	} else if *scope != "" {
 		err = exportScope(ctx, store, *dir, *scope, *archives, *from, w, stderr)

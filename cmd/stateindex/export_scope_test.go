@@ -331,7 +331,7 @@ func TestExportScopeRefusals(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	assert.Equal(t, 2, run([]string{"export", "--data", dir, "--format", "csv"}, &out, &errb))
-	assert.Contains(t, errb.String(), `unknown --format "csv" (known: jsonl)`)
+	assert.Contains(t, errb.String(), `unknown --format "csv" (known: jsonl, state.json)`)
 
 	held, err := eventstore.Open(filepath.Join(dir, dbFile), nil)
 	require.NoError(t, err)

@@ -197,6 +197,8 @@ type Stats struct {
 	Ledger LedgerStats
 	// State is the scope state's check (kv.go).
 	State StateStats
+	// Partial is the partial-output check (partial.go).
+	Partial PartialStats
 }
 
 func (s Stats) String() string {
@@ -316,6 +318,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 		state := frames.NewState(name, 0)
 		state.KeepFinished = true
 		lstate := frames.NewState(name, 0)
+		pf := newPartialFold(fail)
 		var g *group
 		finish := func() {
 			if g != nil {
@@ -364,6 +367,7 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 				lf.apply(state, ev, r.Version)
 			}
 			sf.apply(name, ev, r.Version)
+			pf.apply(side, ev, r.Version)
 			g.last = r.Version
 			g.events = append(g.events, ev)
 			st.Events++
@@ -382,6 +386,9 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 		}
 		finish()
 		replayed[name], live[name] = state, lstate
+		outputs, chunks := pf.check(side, name, lstate)
+		st.Partial.Outputs += outputs
+		st.Partial.OutputChunks += chunks
 	}
 
 	// Every acknowledged write is there; nothing refused or unsent is.
@@ -409,6 +416,8 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 					st.Continuations++
 				case r.Op == "ResumeChain":
 					st.Resumes++
+				case r.Op == "RecordPartialOutput":
+					st.Partial.Chunks++
 				case len(g.events) > 1 && (r.Op == "AddContextHandle" || r.Op == "FinishToolCall"):
 					st.AutoContinued++
 				}
@@ -434,8 +443,14 @@ func Check(ctx context.Context, dir string, cycle int) (Stats, error) {
 			}
 		case g != nil:
 			st.InFlightCommitted++
+			if r.Op == "RecordPartialOutput" {
+				st.Partial.InFlightCommitted++
+			}
 		default:
 			st.InFlightAbsent++
+			if r.Op == "RecordPartialOutput" {
+				st.Partial.InFlightAbsent++
+			}
 		}
 	}
 	for _, g := range groups {
@@ -564,6 +579,8 @@ func checkWhole(g *group, side *Side, s *frames.State, fail func(string, ...any)
 		}
 	case *messages.ContinueFrame:
 		checkContinuation(where, q.FrameID, g.events, s, fail)
+	case *messages.RecordPartialOutput:
+		checkChunk(where, q, g.events, fail)
 	case *messages.ReserveSpend:
 		// The frame's expired reservations returned, then the new one.
 		if _, ok := g.events[n-1].(*frames.SpendReserved); !ok || n > 2 {
@@ -740,6 +757,7 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 	defer sys.Shutdown()
 	cfg := Config(quiet)
 	cfg.OutboxOff = true // nothing writes while the replay is compared (checkLedger delivers)
+	cfg.StateExpiryCheck = -1
 	srv, err := actors.Start(sys, store, cfg)
 	if err != nil {
 		return err
@@ -770,6 +788,9 @@ func checkResume(ctx context.Context, dir string, store *eventstore.BoltStore, s
 		}
 		if d := verify.Diff(want.Pending(), got.PendingWork); d != "" {
 			return fmt.Errorf("scope %q: ResumeActor's pending work differs from the replay: %s", name, d)
+		}
+		if d := verify.Diff(frames.InterruptedOutputs(want.LiveFrames()), got.Outputs); d != "" {
+			return fmt.Errorf("scope %q: ResumeActor's interrupted outputs differ from the replay: %s", name, d)
 		}
 		var top *messages.FrameSummary
 		var stack []messages.FrameSummary

@@ -1,6 +1,7 @@
 package crashtest_test
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/internal/crashtest"
+	"github.com/stateindex/stateindex/messages"
 )
 
 // The checker catches a broken promise: a lost acknowledged write, a reply
@@ -249,5 +251,93 @@ func TestCheckSubscriptionLogCatchesBrokenPromises(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, crashtest.SubStats{Runs: 2, Delivered: 9, Unique: 7, Redelivered: 2, Acks: 2, LastAck: 9, Stored: 9, Covered: 9, Last: 8,
 			Matching: 7, RemovedDelivered: 1, Resumes: 1}, st)
+	})
+}
+
+// The partial-output check catches an acknowledged chunk missing from its
+// frame's output (acknowledged, and never written) and a chunk recorded
+// with another delta than it was sent with.
+func TestCheckCatchesBrokenPartialOutput(t *testing.T) {
+	base := t.TempDir()
+	// A storm that leaves a live frame with an output.
+	var scope, frame string
+	for seed := uint64(1); scope == "" && seed < 20; seed++ {
+		base = t.TempDir()
+		require.NoError(t, crashtest.Populate(base, 80, seed))
+		store, err := eventstore.Open(filepath.Join(base, crashtest.DataFile), nil)
+		require.NoError(t, err)
+		require.NoError(t, store.Streams(t.Context(), func(i eventstore.StreamInfo) error {
+			st, _, err := eventstore.LoadState(t.Context(), store, i.Stream, 0, 0, nil)
+			if err != nil {
+				return err
+			}
+			for _, f := range st.LiveFrames() {
+				if f.Partial != nil && f.Partial.Chunks > 1 && scope == "" {
+					scope, frame = i.Stream, f.ID
+				}
+			}
+			return nil
+		}))
+		require.NoError(t, store.Close())
+	}
+	require.NotEmpty(t, scope, "no storm left a live output")
+	side, err := os.ReadFile(filepath.Join(base, crashtest.SideFile))
+	require.NoError(t, err)
+	db, err := os.ReadFile(filepath.Join(base, crashtest.DataFile))
+	require.NoError(t, err)
+	copyOf := func(t *testing.T, side []byte) string {
+		d := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(d, crashtest.SideFile), side, 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(d, crashtest.DataFile), db, 0o600))
+		return d
+	}
+	encode := func(r *messages.RecordPartialOutput) string {
+		b, err := eventstore.Marshal(r)
+		require.NoError(t, err)
+		return base64.StdEncoding.EncodeToString(b)
+	}
+	// The last chunk sent to the frame: it is in the output.
+	var lastChunk string
+	for _, l := range strings.Split(string(side), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 5 && f[0] == "I" && f[1] == scope && f[3] == "RecordPartialOutput" {
+			raw, err := base64.StdEncoding.DecodeString(f[4])
+			require.NoError(t, err)
+			var r messages.RecordPartialOutput
+			require.NoError(t, eventstore.Unmarshal(raw, &r))
+			if r.FrameID == frame {
+				lastChunk = l
+			}
+		}
+	}
+	require.NotEmpty(t, lastChunk)
+
+	t.Run("intact", func(t *testing.T) {
+		st, err := crashtest.Check(t.Context(), copyOf(t, side), 1)
+		require.NoError(t, err)
+		assert.Positive(t, st.Partial.Outputs)
+		assert.Positive(t, st.Partial.Chunks)
+	})
+	t.Run("an acknowledged chunk never written", func(t *testing.T) {
+		req := &messages.RecordPartialOutput{Header: messages.Header{Scope: scope, RequestID: "never-written"}, FrameID: frame, Delta: "lost words"}
+		fake := append([]byte(nil), side...)
+		fake = append(fake, fmt.Sprintf("I %s never-written RecordPartialOutput %s\nA %s never-written RecordPartialOutput 7 0\n", scope, encode(req), scope)...)
+		_, err := crashtest.Check(t.Context(), copyOf(t, fake), 1)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "LOST: scope "+fmt.Sprintf("%q", scope)+": acknowledged chunk never-written")
+	})
+	t.Run("a chunk recorded with another delta", func(t *testing.T) {
+		f := strings.Fields(lastChunk)
+		raw, err := base64.StdEncoding.DecodeString(f[4])
+		require.NoError(t, err)
+		var r messages.RecordPartialOutput
+		require.NoError(t, eventstore.Unmarshal(raw, &r))
+		r.Delta += "(more than was recorded)"
+		f[4] = encode(&r)
+		fake := strings.Replace(string(side), lastChunk, strings.Join(f, " "), 1)
+		_, err = crashtest.Check(t.Context(), copyOf(t, []byte(fake)), 1)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "PARTIAL: RecordPartialOutput "+f[2])
+		assert.Contains(t, err.Error(), "its chunks were sent with")
 	})
 }

@@ -71,6 +71,7 @@ func TestCrash(t *testing.T) {
 	lost, inFlightCommitted, inFlightAbsent := 0, 0, 0 // in flight: resent after the restart and answered
 	killedBeforeReady := 0
 	ackedUnrecorded := 0 // kills after which the stored position was past the last recorded ack
+	chunkKills := 0      // kills with a chunk of partial output in flight
 	var jt journalTally
 	var rt retentionTally
 	var lt ledgerTally
@@ -232,6 +233,9 @@ func TestCrash(t *testing.T) {
 		}
 		inFlightCommitted += st.InFlightCommitted
 		inFlightAbsent += st.InFlightAbsent
+		if st.Partial.InFlightCommitted+st.Partial.InFlightAbsent > 0 {
+			chunkKills++
+		}
 		last = st
 	}
 	msg := fmt.Sprintf("crash: %d SIGKILL cycles (%d timed from process start, the rest from readiness) in %s, seed %d: "+
@@ -261,6 +265,9 @@ func TestCrash(t *testing.T) {
 	kmsg := "crash: scope state across the kills: " + kt.String(last.State)
 	t.Log(kmsg)
 	fmt.Println(kmsg)
+	pmsg := fmt.Sprintf("crash: partial output after the last kill: %s; %d kills landed with a chunk in flight", last.Partial, chunkKills)
+	t.Log(pmsg)
+	fmt.Println(pmsg)
 	require.Positive(t, last.Acked)
 	// Scope state changed under the kills; Check fails on a change lost,
 	// partial or applied against its condition.
@@ -278,6 +285,12 @@ func TestCrash(t *testing.T) {
 	// fails on a lost or doubled settlement).
 	require.Positive(t, last.Ledger.Settled, "no child's spend was settled")
 	require.Zero(t, last.Ledger.Lost+last.Ledger.Doubled)
+	// Outputs streamed under the kills, and were checked against their chunks.
+	require.Positive(t, last.Partial.Chunks, "no chunk of partial output was acknowledged")
+	if *cycles >= 20 {
+		require.Positive(t, last.Partial.Outputs, "no live output was checked after a kill")
+		require.Positive(t, chunkKills, "no kill landed with a chunk in flight")
+	}
 	// The kills landed in a journal that was busy with all three.
 	require.Positive(t, jt.frames, "no journal frame was written before a kill")
 	require.Positive(t, jt.applications, "no background application ran before a kill")

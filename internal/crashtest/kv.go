@@ -508,6 +508,7 @@ func (sf *stateFold) read(ctx context.Context, store *eventstore.BoltStore, name
 	defer sys.Shutdown()
 	cfg := Config(quiet)
 	cfg.OutboxOff, cfg.RegistryOff = true, true // it only reads
+	cfg.StateExpiryCheck = -1
 	srv, err := actors.Start(sys, store, cfg)
 	if err != nil {
 		return err

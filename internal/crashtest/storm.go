@@ -110,6 +110,8 @@ var newRequest = map[string]func() messages.MutatingRequest{
 	// The spend ledger's workload (ledger.go).
 	"ReserveSpend":       func() messages.MutatingRequest { return &messages.ReserveSpend{} },
 	"ReleaseReservation": func() messages.MutatingRequest { return &messages.ReleaseReservation{} },
+	// Partial output, streamed between the other requests (partial.go).
+	"RecordPartialOutput": func() messages.MutatingRequest { return &messages.RecordPartialOutput{} },
 }
 
 // opName is the name of a request's type.
@@ -347,6 +349,8 @@ func resultVersion(r messages.Reply) int64 {
 		return x.Version
 	case *messages.ReleaseReservationReply:
 		return x.Version
+	case *messages.RecordPartialOutputReply:
+		return x.Version
 	}
 	return -1
 }
@@ -465,6 +469,9 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 	}
 	switch f.status {
 	case frames.StatusSuspended:
+		if rng.IntN(8) == 0 {
+			return w.stream(ctx, rng, s, f) // output arriving as the frame is suspended
+		}
 		if f.token == "" || rng.IntN(6) == 0 {
 			return w.pop(ctx, rng, s, f, true)
 		}
@@ -477,11 +484,13 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 		}
 		return nil
 	case frames.StatusWaiting:
-		switch rng.IntN(6) {
+		switch rng.IntN(7) {
 		case 0:
 			return w.pop(ctx, rng, s, f, true)
 		case 1, 2:
 			return w.addHandle(ctx, rng, s, f)
+		case 6:
+			return w.stream(ctx, rng, s, f) // the frame's model call streams beside its subcalls
 		case 3:
 			return w.update(ctx, rng, s, f)
 		case 4:
@@ -494,7 +503,7 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 			return w.read(ctx, rng, s, f)
 		}
 	}
-	switch op := rng.IntN(27); {
+	switch op := rng.IntN(30); {
 	case op < 3 && f.depth < 3:
 		r, err := w.send(ctx, &messages.PushFrame{Header: mut(s), ParentID: f.id, Goal: fmt.Sprintf("subtask %d", rng.IntN(1000)),
 			Budget: budget.TokenBudget{Total: 2000 + int64(rng.IntN(3000))}, Inputs: inputs(rng)})
@@ -570,6 +579,8 @@ func (w *Storm) step(ctx context.Context, rng *rand.Rand, s *scope) error {
 			return w.probeContinued(ctx, rng, s, cs[rng.IntN(len(cs))])
 		}
 		return w.read(ctx, rng, s, f)
+	case op < 28:
+		return w.stream(ctx, rng, s, f)
 	default:
 		return w.read(ctx, rng, s, f)
 	}

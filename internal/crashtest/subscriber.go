@@ -394,6 +394,7 @@ func resumeSubscription(ctx context.Context, store *eventstore.BoltStore, ref ma
 	defer sys.Shutdown()
 	cfg := Config(quiet)
 	cfg.OutboxOff = true // nothing writes before checkResume compares the replay
+	cfg.StateExpiryCheck = -1
 	srv, err := actors.Start(sys, store, cfg)
 	if err != nil {
 		return err

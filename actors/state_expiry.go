@@ -363,11 +363,16 @@ func (x *stateExpirer) pass(ctx context.Context) StateExpiryReport {
 	return rep
 }
 
+// StateExpiryRequestPrefix starts the request ids of the expirer's
+// ExpireState requests, so that tools telling the server's own writes from
+// callers' (the crash checker) know them.
+const StateExpiryRequestPrefix = "state-expiry:"
+
 // expire removes scope's expired keys (ExpireState) and replaces the rows
 // that fired by one at the scope's next expiry (stateExpirySweep).
 func (x *stateExpirer) expire(ctx context.Context, scope string, fired []int64) (ScopeStateExpiry, error) {
 	out := ScopeStateExpiry{Scope: scope}
-	r, err := x.c.ExpireState(ctx, &messages.ExpireState{Header: messages.Header{Scope: scope}})
+	r, err := x.c.ExpireState(ctx, &messages.ExpireState{Header: messages.Header{Scope: scope, RequestID: StateExpiryRequestPrefix + NewID()}})
 	if err != nil {
 		return out, fmt.Errorf("expire state: %w", err)
 	}

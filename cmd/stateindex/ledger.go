@@ -60,24 +60,11 @@ func ledgerCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	var c *actors.Client
-	if *dir != "" {
-		local, stop, err := ledgerOnFile(*dir, *timeout)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		c = local
-	} else {
-		if _, _, err := splitHostPort(*server); err != nil {
-			return fmt.Errorf("--server %q: want host:port", *server)
-		}
-		sys, err := remoteSystem()
-		if err != nil {
-			return err
-		}
-		c = actors.NewClient(sys.Root, actors.RemotePID(*server), *timeout)
+	c, stop, err := readerClient(*dir, *server, *timeout)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	tree, err := readLedger(ctx, c, *scope, *frame, *depth)
 	if err != nil {
 		return err
@@ -89,6 +76,23 @@ func ledgerCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	printLedger(stdout, tree)
 	return nil
+}
+
+// readerClient is the Client of a reading command: a read-only StateIndex
+// in this process over dir's data file (ledgerOnFile), or the server at
+// HOST:PORT; stop ends what it started.
+func readerClient(dir, server string, timeout time.Duration) (*actors.Client, func(), error) {
+	if dir != "" {
+		return ledgerOnFile(dir, timeout)
+	}
+	if _, _, err := splitHostPort(server); err != nil {
+		return nil, nil, fmt.Errorf("--server %q: want host:port", server)
+	}
+	sys, err := remoteSystem()
+	if err != nil {
+		return nil, nil, err
+	}
+	return actors.NewClient(sys.Root, actors.RemotePID(server), timeout), func() {}, nil
 }
 
 // ledgerOnFile starts a StateIndex in this process over dir's data file

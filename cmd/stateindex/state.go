@@ -53,24 +53,11 @@ func stateCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	var c *actors.Client
-	if *dir != "" {
-		local, stop, err := ledgerOnFile(*dir, *timeout) // a read-only StateIndex on the file
-		if err != nil {
-			return err
-		}
-		defer stop()
-		c = local
-	} else {
-		if _, _, err := splitHostPort(*server); err != nil {
-			return fmt.Errorf("--server %q: want host:port", *server)
-		}
-		sys, err := remoteSystem()
-		if err != nil {
-			return err
-		}
-		c = actors.NewClient(sys.Root, actors.RemotePID(*server), *timeout)
+	c, stop, err := readerClient(*dir, *server, *timeout)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	st, err := readState(ctx, c, *scope, *frame, *prefix)
 	if err != nil {
 		return err

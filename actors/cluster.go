@@ -85,6 +85,13 @@ func (cc ClusterConfig) withDefaults() (ClusterConfig, error) {
 			return cc, fmt.Errorf("actors: member %s is listed twice", m)
 		}
 	}
+	for _, m := range cc.Members {
+		h, _ := HealthAddress(m)
+		if slices.Contains(cc.Members, h) {
+			return cc, fmt.Errorf("actors: member %s serves its health endpoint on its port + 1, %s, which is member %s's address: "+
+				"give the members ports at least 2 apart (e.g. 7400, 7402, 7404)", m, h, h)
+		}
+	}
 	if cc.Shards <= 0 {
 		cc.Shards = DefaultConfig().Shards
 	}

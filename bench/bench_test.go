@@ -91,11 +91,25 @@ func TestRunTiny(t *testing.T) {
 	}
 	assert.Contains(t, names, "growing history: snapshot at 200 ÷ snapshot at 20 events")
 	assert.Contains(t, names, "storage: data directory (file + journal) ÷ encoded event payload (default page size)")
+	// At --scale 0.002 the goals stated for 1,000 handles, 100,000-event
+	// scopes and a large storage run are not judged: the report says so.
+	unjudged := map[string]string{}
+	for _, u := range rep.Unjudged {
+		unjudged[u.Goal] = u.Why
+	}
+	assert.Contains(t, unjudged["AssembleContextPack, 1,000 handles: p50 ≤ 100 µs"], "--scale 0.002")
+	assert.Contains(t, unjudged["cold ResumeActor at 100,000 events: p50 ≤ 25 ms, p50 growth ≤ 1.5×"], "largest scope has 200 events")
+	assert.Contains(t, unjudged["storage: the journal's share of the data directory ≤ 5%"], "events")
+	for _, n := range names {
+		assert.NotContains(t, n, "AssembleContextPack", "judged at the wrong size")
+		assert.NotContains(t, n, "cold ResumeActor", "judged at the wrong size")
+		assert.NotContains(t, n, "journal's share", "judged at the wrong size")
+	}
 
 	var out bytes.Buffer
 	require.NoError(t, bench.WriteText(&out, rep))
 	require.Len(t, rep.State, 2)
-	for _, want := range []string{"Durable PushFrame + AddContextHandle", "AssembleContextPack", "Cold ResumeActor", "Bytes on disk", "Remote round trips", "Spend ledger", "Scope state", "Partial output", "Goals"} {
+	for _, want := range []string{"Durable PushFrame + AddContextHandle", "AssembleContextPack", "Cold ResumeActor", "Bytes on disk", "Remote round trips", "Spend ledger", "Scope state", "Partial output", "Goals", "Goals this run cannot judge:"} {
 		assert.Contains(t, out.String(), want)
 	}
 	b, err := json.Marshal(rep)
@@ -338,6 +352,13 @@ func TestPartialScenario(t *testing.T) {
 	rep, err := bench.Run(context.Background(), bench.Options{Dir: t.TempDir(), Scale: 0.002, Rounds: 2, Only: []string{bench.ScenarioPartial}})
 	require.NoError(t, err)
 	checkPartial(t, rep)
+	var notRun []string
+	for _, u := range rep.Unjudged {
+		if u.Why == "not run (--only partial)" {
+			notRun = append(notRun, u.Goal)
+		}
+	}
+	assert.Len(t, notRun, 7, "every other scenario with goals (all but state)'s goals are listed as not run: %v", notRun)
 	require.Empty(t, rep.Durable, "only the scenario asked for")
 	var names []string
 	for _, g := range rep.Goals {

@@ -132,6 +132,9 @@ type Report struct {
 	// scopes, and in 4.
 	Partial []PartialResult `json:"partial,omitempty"`
 	Goals   []Goal          `json:"goals,omitempty"`
+	// Unjudged are the goals this run cannot judge, each with the reason
+	// (a scenario left out by --only, or run too small by --scale).
+	Unjudged []Unjudged `json:"unjudged,omitempty"`
 }
 
 // Machine identifies where a report was measured.
@@ -284,5 +287,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.Seconds = time.Since(begin).Seconds()
 	rep.Goals = rep.goals()
+	rep.Unjudged = rep.unjudged(&o)
 	return rep, nil
 }

@@ -212,6 +212,16 @@ func WriteText(w io.Writer, r *Report) error {
 			return err
 		}
 	}
+	if len(r.Unjudged) > 0 {
+		fmt.Fprintf(w, "\nGoals this run cannot judge:\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, u := range r.Unjudged {
+			fmt.Fprintf(tw, "  %s\t%s\n", u.Goal, u.Why)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

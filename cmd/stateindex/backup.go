@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -17,10 +16,10 @@ func init() {
 }
 
 func backupCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
+	fs := newFlagSet("backup")
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: stateindex backup --data DIR --to FILE
+		fmt.Fprint(fs.Output(), `Usage: stateindex backup --data DIR --to FILE
 
 Writes a consistent, standalone copy of DIR/stateindex.db to FILE (which
 must not exist): every record acknowledged before the backup began,
@@ -38,8 +37,8 @@ recovery step every open performs).
 	dir := fs.String("data", "./data", "data directory")
 	to := fs.String("to", "", "the backup file to write (must not exist)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the backup")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if *to == "" {
 		fs.Usage()

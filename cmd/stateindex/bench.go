@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os/signal"
@@ -19,7 +18,7 @@ func init() {
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := newFlagSet("bench")
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the figures as JSON instead of tables")
 	dir := fs.String("dir", "", "where scenario files go (default: the system's temporary directory; use a real disk, not tmpfs)")
@@ -32,13 +31,13 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	storagePages := fs.String("storage-pages", "", "comma-separated page sizes in bytes the storage scenario runs with, 0 for the OS page (default: 0,16384)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: stateindex bench [flags]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: stateindex bench [flags]\n\n"+
 			"Runs fixed scenarios on this machine's disk (every durable figure fsyncs) and prints\n"+
 			"tables, or JSON with --json. Figures of one run compare; figures of two runs may not.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	pages, err := pageSizes(*storagePages)
 	if fs.NArg() > 0 || *scale <= 0 || *rounds < 1 || *storageEvents < 0 || err != nil {

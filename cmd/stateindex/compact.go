@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,10 +18,10 @@ func init() {
 }
 
 func compactCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
+	fs := newFlagSet("compact")
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: stateindex compact --data DIR
+		fmt.Fprint(fs.Output(), `Usage: stateindex compact --data DIR
 
 Rewrites DIR/stateindex.db without its free pages and gives the space back
 to the file system. bbolt never shrinks its file: what retention, destroy
@@ -41,8 +40,8 @@ snapshots and identity are unchanged.
 	}
 	dir := fs.String("data", "./data", "data directory")
 	timeout := fs.Duration("timeout", time.Second, "how long to wait for a file another process holds")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -14,13 +13,13 @@ func init() {
 }
 
 func configCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("config", flag.ContinueOnError)
+	fs := newFlagSet("config")
 	fs.SetOutput(stderr)
 	explain := fs.Bool("explain", false, "print every setting, merged from --config, the files it extends and the flags given, with where each value came from")
 	check := fs.Bool("check", false, "check the configuration; exit non-zero naming the file, key and line of the first problem")
 	flags := config.RegisterFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: stateindex config --explain [--config FILE] [serve's flags]
+		fmt.Fprint(fs.Output(), `Usage: stateindex config --explain [--config FILE] [serve's flags]
        stateindex config --check --config FILE [serve's flags]
 
 --explain prints the configuration serve would run with: every key, defaults
@@ -31,8 +30,8 @@ override the file here as they do for serve.
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if *explain == *check || fs.NArg() > 0 {
 		fs.Usage()

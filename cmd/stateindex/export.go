@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -65,10 +64,10 @@ type missingRange struct {
 }
 
 func exportCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("export", flag.ContinueOnError)
+	fs := newFlagSet("export")
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: stateindex export --data DIR [--from SEQ]
+		fmt.Fprint(fs.Output(), `Usage: stateindex export --data DIR [--from SEQ]
        stateindex export --data DIR --scope S [--format jsonl] [--archives DIR] [--from SEQ]
        stateindex export --data DIR --scope S --chain ID [--format jsonl|md] [--archives DIR]
        stateindex export --data DIR --scope S [--frame F] --format state.json
@@ -124,8 +123,8 @@ role, and its partial output (partial_cognition). See the README's
 	frame := fs.String("frame", "", "with --scope and --format state.json: the frame to write (default: the current root)")
 	archives := fs.String("archives", "", "with --scope: look for archive files under this directory (ARCHIVES/SCOPE/FILE) before where their events say")
 	from := fs.Uint64("from", 1, "first global sequence to write")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "stateindex export: unexpected argument %q\n", fs.Arg(0))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -17,17 +16,17 @@ func init() {
 }
 
 func inspect(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs := newFlagSet("inspect")
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "./data", "data directory")
 	scope := fs.String("scope", "", "only this scope")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: stateindex inspect --data DIR [--scope S]\n\n"+
+		fmt.Fprint(fs.Output(), "Usage: stateindex inspect --data DIR [--scope S]\n\n"+
 			"Prints the journal's state, then each scope's frame tree.\n\n"+recoveryNote+"\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	store, err := openStore(*dir, false, time.Second, true)
 	if err != nil {

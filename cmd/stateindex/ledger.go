@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,7 +32,7 @@ const defaultLedgerDepth = 8
 // hold and what it spent, and under it its reservations; a reservation for
 // another scope leads to the frames that work runs as there.
 func ledgerCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("ledger", flag.ContinueOnError)
+	fs := newFlagSet("ledger")
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "", "data directory (read the file; no server may hold it)")
 	server := fs.String("server", "", "a running server's remoting address host:port (`stateindex serve --listen`)")
@@ -43,7 +42,7 @@ func ledgerCmd(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the tree as JSON (amounts in micro-units, budget.MicrosPerUnit per unit)")
 	timeout := fs.Duration("timeout", 10*time.Second, "the command's deadline")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: stateindex ledger (--data DIR | --server HOST:PORT) --scope S [--frame F] [--depth N] [--json]\n\n"+
+		fmt.Fprint(fs.Output(), "Usage: stateindex ledger (--data DIR | --server HOST:PORT) --scope S [--frame F] [--depth N] [--json]\n\n"+
 			"Prints a scope's spend ledger: per frame its max (spend limit), reserved (the\n"+
 			"ceiling the reservation it was pushed with gave it), outstanding (what its\n"+
 			"reservations hold now) and actual (what it spent, settled children included),\n"+
@@ -51,8 +50,8 @@ func ledgerCmd(args []string, stdout, stderr io.Writer) error {
 			"scope leads to the root frame it paid for there, printed with its subtree.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if (*dir == "") == (*server == "") || *scope == "" || fs.NArg() > 0 || *depth < 0 {
 		fmt.Fprintln(stderr, "stateindex ledger: give one of --data and --server, and --scope")

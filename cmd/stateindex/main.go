@@ -18,8 +18,11 @@ import (
 // command is one subcommand: it parses its own flags from args.
 type command struct {
 	name    string
-	summary string // one line for the usage text
-	run     func(args []string, stdout, stderr io.Writer) error
+	summary string // one line for the usage text: the synopsis, three spaces, what it does
+	// description is what "stateindex NAME -h" says above the flags when
+	// the command has no usage text of its own (default: the summary's).
+	description string
+	run         func(args []string, stdout, stderr io.Writer) error
 }
 
 var commands = map[string]command{}
@@ -66,19 +69,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "-h", "--help", "help":
+	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage())
 		return 0
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "stateindex: unknown command %q\n\n%s", args[0], usage())
+		fmt.Fprintf(stderr, "stateindex: unknown command %q: %s\n", args[0], suggestCommand(args[0]))
 		return 2
 	}
 	err := c.run(args[1:], stdout, stderr)
 	var ee *exitError
 	switch {
 	case err == nil:
+		return 0
+	case errors.Is(err, errHelp):
 		return 0
 	case errors.Is(err, errUsage):
 		return 2

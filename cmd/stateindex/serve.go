@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -70,11 +69,11 @@ func serveConfig(file *config.File) (actors.Config, eventstore.Options, error) {
 }
 
 func serve(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlagSet("serve")
 	fs.SetOutput(stderr)
 	flags := config.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	file, err := flags.Resolve()
 	if err != nil {

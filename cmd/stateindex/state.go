@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -28,7 +27,7 @@ const statePreview = 60
 // the limit, then each key with its version, expiry, size and a preview of
 // its value.
 func stateCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("state", flag.ContinueOnError)
+	fs := newFlagSet("state")
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "", "data directory (read the file; no server may hold it)")
 	server := fs.String("server", "", "a running server's remoting address host:port (`stateindex serve --listen`)")
@@ -38,14 +37,14 @@ func stateCmd(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the keys as JSON (values as text when valid UTF-8, else base64)")
 	timeout := fs.Duration("timeout", 10*time.Second, "the command's deadline")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: stateindex state (--data DIR | --server HOST:PORT) --scope S [--frame F] [--prefix P] [--json]\n\n"+
+		fmt.Fprint(fs.Output(), "Usage: stateindex state (--data DIR | --server HOST:PORT) --scope S [--frame F] [--prefix P] [--json]\n\n"+
 			"Prints a scope's key-value state (or a live frame's): the level's keys and\n"+
 			"bytes, the scope's total against its limit, then per key its version (the\n"+
 			"scope version that last wrote it), its expiry, its size and its value.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if (*dir == "") == (*server == "") || *scope == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "stateindex state: give one of --data and --server, and --scope")

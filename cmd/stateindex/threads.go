@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,7 +26,7 @@ func init() {
 // a file a server holds is refused, as inspect does) or from a running
 // server (--server, over remoting).
 func threads(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("threads", flag.ContinueOnError)
+	fs := newFlagSet("threads")
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "", "data directory (read the file; no server may hold it)")
 	server := fs.String("server", "", "a running server's remoting address host:port (`stateindex serve --listen`)")
@@ -47,14 +46,14 @@ func threads(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the reply as JSON")
 	timeout := fs.Duration("timeout", 10*time.Second, "the request's deadline (--server)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: stateindex threads (--data DIR | --server HOST:PORT) [filters]\n\n"+
+		fmt.Fprint(fs.Output(), "Usage: stateindex threads (--data DIR | --server HOST:PORT) [filters]\n\n"+
 			"Lists frames across scopes, newest first, from the registry: the index the\n"+
 			"server keeps from the log. On a data file it first brings the index up to\n"+
 			"the end of the log (stored in the file: a server resumes from there).\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if (*dir == "") == (*server == "") {
 		fmt.Fprintln(stderr, "stateindex threads: give one of --data and --server")

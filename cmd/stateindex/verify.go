@@ -6,7 +6,6 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,7 +27,7 @@ func init() {
 // verifyCmd checks a data file and exits 0 only if nothing is wrong; each
 // problem is one line naming the stream and version.
 func verifyCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs := newFlagSet("verify")
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "./data", "data directory")
 	pubPath := fs.String("public-key", "", "Ed25519 public key of the checkpoint signing key (hex or 32 raw bytes); default DIR/"+checkpointPubFile+" if present")
@@ -36,7 +35,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	archive := fs.String("archive", "", "check this archive file (written by retention) offline instead of a data directory")
 	transcript := fs.String("transcript", "", "check this chain transcript (export --chain --format jsonl) offline instead of a data directory")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: stateindex verify --data DIR [--public-key FILE]\n"+
+		fmt.Fprint(fs.Output(), "Usage: stateindex verify --data DIR [--public-key FILE]\n"+
 			"       stateindex verify --archive FILE [--public-key FILE]\n"+
 			"       stateindex verify --transcript FILE [--public-key FILE]\n\n"+
 			"Checks DIR/stateindex.db end to end and exits 0 only if nothing is wrong.\n"+
@@ -48,8 +47,8 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 			"bad line.\n\n"+recoveryNote+"\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if *transcript != "" {
 		return verifyTranscript(*transcript, *pubPath, stdout)

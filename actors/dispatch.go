@@ -723,6 +723,11 @@ func init() {
 			return out
 		}),
 
+		// An inspector's reads (inspect.go): the scope as it stands, and
+		// its history from its own log. Neither appends anything.
+		messages.OpGetScope:  read((*handler).getScope),
+		messages.OpReadScope: readOrJob((*handler).readScope),
+
 		// Partial output (frames/partial.go has the rules): one event per
 		// chunk; a busy scope's waiting chunks share one append (batch.go).
 		messages.OpRecordPartialOutput: mutation(

@@ -46,6 +46,8 @@ const (
 	OpStateHistory
 	OpExpireState
 	OpRecordPartialOutput
+	OpGetScope
+	OpReadScope
 	// NumOps is the number of operations: every Op is below it.
 	NumOps
 )
@@ -154,6 +156,10 @@ var operations = [NumOps]Operation{
 		NewRequest: func() Request { return new(ExpireState) }, NewReply: func() Reply { return new(ExpireStateReply) }},
 	OpRecordPartialOutput: {Name: "RecordPartialOutput", ReplyName: "RecordPartialOutputReply", Mutates: true,
 		NewRequest: func() Request { return new(RecordPartialOutput) }, NewReply: func() Reply { return new(RecordPartialOutputReply) }},
+	OpGetScope: {Name: "GetScope", ReplyName: "GetScopeReply",
+		NewRequest: func() Request { return new(GetScope) }, NewReply: func() Reply { return new(GetScopeReply) }},
+	OpReadScope: {Name: "ReadScope", ReplyName: "ReadScopeReply",
+		NewRequest: func() Request { return new(ReadScope) }, NewReply: func() Reply { return new(ReadScopeReply) }},
 }
 
 func init() {

@@ -84,7 +84,7 @@ func onTheWire(t *testing.T, m *wire.Message) *wire.Message {
 
 func TestEveryTypeRoundTrips(t *testing.T) {
 	names := wire.Names()
-	require.Len(t, names, 81, "39 requests, 39 replies, Failure and 2 hook notifications")
+	require.Len(t, names, 85, "41 requests, 41 replies, Failure and 2 hook notifications")
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v, ok := wire.New(name)
@@ -229,6 +229,7 @@ func TestWireNamesNeverChange(t *testing.T) {
 		"ContinueFrame", "GetChain", "ResumeChain", "AwaitFrame", "Subscribe", "ReadEvents", "AckEvents", "Unsubscribe", "ListFrames",
 		"ReserveSpend", "RenewReservation", "ReleaseReservation", "SettleSpend", "AckSettlement", "GetLedger",
 		"ChangeState", "GetState", "RangeState", "StateHistory", "ExpireState", "RecordPartialOutput",
+		"GetScope", "ReadScope",
 		"PushFrameReply", "PopFrameReply", "UpdateFrameReply", "AddContextHandleReply", "AddResultReply",
 		"RecordUsageReply", "StartToolCallReply", "FinishToolCallReply", "ContextPack", "SuspensionToken",
 		"ResumeFrameReply", "CompactionResult", "ActorResumeState", "GetFrameReply", "GetStackReply",
@@ -236,6 +237,7 @@ func TestWireNamesNeverChange(t *testing.T) {
 		"SubscribeReply", "ReadEventsReply", "AckEventsReply", "UnsubscribeReply", "ListFramesReply",
 		"ReserveSpendReply", "RenewReservationReply", "ReleaseReservationReply", "SettleSpendReply", "AckSettlementReply", "GetLedgerReply",
 		"ChangeStateReply", "GetStateReply", "RangeStateReply", "StateHistoryReply", "ExpireStateReply", "RecordPartialOutputReply",
+		"GetScopeReply", "ReadScopeReply",
 		wire.FailureType,
 		"HookNotification", "HookAck",
 	}, wire.Names())

@@ -26,6 +26,8 @@ import (
 //	{"op":"backup","to":"/abs/path"}
 //	→ {"ok":true,"records":N,"last_seq":N,"bytes":N,"journal_records":N}
 //	→ {"error":"..."}
+//	{"op":"info"}
+//	→ {"ok":true,"listen":"HOST:PORT","http":"http://HOST:PORT/"}   (where it serves; "" for none)
 
 const (
 	adminSocket      = "stateindex.sock"
@@ -45,6 +47,8 @@ type adminReply struct {
 	LastSeq        uint64 `json:"last_seq,omitempty"`
 	Bytes          int64  `json:"bytes,omitempty"`
 	JournalRecords int    `json:"journal_records,omitempty"`
+	Listen         string `json:"listen,omitempty"`
+	HTTP           string `json:"http,omitempty"`
 }
 
 // adminServer serves the admin socket of a running server.
@@ -57,6 +61,16 @@ type adminServer struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
+
+	mu           sync.Mutex
+	listen, http string // where the server serves (info)
+}
+
+// setInfo records where the server serves, for the info op.
+func (a *adminServer) setInfo(listen, http string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.listen, a.http = listen, http
 }
 
 // startAdmin listens on DIR/stateindex.sock. The caller holds the data
@@ -148,6 +162,10 @@ func (a *adminServer) handle(req adminRequest) adminReply {
 		a.log.Info("backup written", "to", req.To, "records", info.Records, "last_seq", info.LastSeq, "bytes", info.Bytes,
 			"journal_records", info.JournalRecords, "took", time.Since(start).Round(time.Millisecond))
 		return adminReply{OK: true, Records: info.Records, LastSeq: info.LastSeq, Bytes: info.Bytes, JournalRecords: info.JournalRecords}
+	case "info":
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return adminReply{OK: true, Listen: a.listen, HTTP: a.http}
 	}
 	return adminReply{Error: fmt.Sprintf("unknown op %q", req.Op)}
 }

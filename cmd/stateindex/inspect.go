@@ -7,30 +7,51 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
-	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/internal/views"
+	"github.com/stateindex/stateindex/messages"
 )
 
 func init() {
-	register(command{name: "inspect", summary: "--data DIR [--scope S]   print each scope's frame tree", run: inspect})
+	register(command{name: "inspect", summary: "(--data DIR | --server HOST:PORT) [--scope S]   print each scope's frame tree", run: inspect})
 }
+
+// inspectMaxScopes bounds the scopes `inspect --server` without --scope
+// prints (found in the registry, newest frames first).
+const inspectMaxScopes = 100
 
 func inspect(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("inspect")
 	fs.SetOutput(stderr)
-	dir := fs.String("data", "./data", "data directory")
+	dir := fs.String("data", "", "data directory (read the file; no server may hold it; default ./data without --server)")
+	server := fs.String("server", "", "a running server's remoting address host:port (`stateindex serve --listen`)")
 	scope := fs.String("scope", "", "only this scope")
+	timeout := fs.Duration("timeout", 30*time.Second, "the command's deadline (--server)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: stateindex inspect --data DIR [--scope S]\n\n"+
-			"Prints the journal's state, then each scope's frame tree.\n\n"+recoveryNote+"\n")
+		fmt.Fprint(fs.Output(), "Usage: stateindex inspect (--data DIR | --server HOST:PORT) [--scope S]\n\n"+
+			"Prints each scope's frame tree: status, depth, tokens used/total, handles,\n"+
+			"suspensions, tool calls in doubt and abandoned. On a data file it first prints\n"+
+			"the journal's state; with --server it asks a running server (reads only: it\n"+
+			"records nothing), finished frames from its registry.\n\n"+recoveryNote+"\n")
 		fs.PrintDefaults()
 	}
 	if err := parseArgs(fs, args, stdout, stderr); err != nil {
 		return err
 	}
+	if *dir != "" && *server != "" {
+		fmt.Fprintln(stderr, "stateindex inspect: give one of --data and --server")
+		return errUsage
+	}
+	if *server != "" {
+		return inspectServer(*server, *scope, *timeout, stdout)
+	}
+	if *dir == "" {
+		*dir = "./data"
+	}
 	store, err := openStore(*dir, false, time.Second, true)
 	if err != nil {
-		return err
+		return heldHint(*dir, "inspect", err)
 	}
 	defer store.Close()
 	fmt.Fprintln(stdout, journalLine(storeJournal(store)))
@@ -60,35 +81,86 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("scope %q: %w", info.Stream, err)
 		}
-		printScope(stdout, st)
+		printScope(stdout, views.TreeFromState(st))
 	}
 	return nil
 }
 
-func printScope(w io.Writer, st *frames.State) {
-	live := len(st.LiveFrames())
-	fmt.Fprintf(w, "scope %s  version %d  frames %d (%d live)  pending %d\n", st.Scope, st.Version, len(st.Frames), live, len(st.Pending()))
-	var roots []*frames.Frame
-	for _, id := range st.Order {
-		if f := st.Frames[id]; f.ParentID == "" {
-			roots = append(roots, f)
+// inspectServer prints the trees of a running server's scopes: scope's, or
+// those the registry lists (the newest frames' scopes first).
+func inspectServer(addr, scope string, timeout time.Duration, stdout io.Writer) error {
+	c, _, err := readerClient("", addr, timeout)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	scopes := []string{scope}
+	if scope == "" {
+		if scopes, err = registryScopes(ctx, c, inspectMaxScopes); err != nil {
+			return fmt.Errorf("listing scopes from the registry (give --scope to read one without it): %w", err)
+		}
+		if len(scopes) == 0 {
+			fmt.Fprintln(stdout, "no scopes yet")
+			return nil
 		}
 	}
-	top := st.TopOfStack()
-	for i, r := range roots {
-		printFrame(w, st, r, "", i == len(roots)-1, top)
+	for _, s := range scopes {
+		t, err := views.ReadScopeTree(ctx, c, s, views.TreeOptions{})
+		if err != nil {
+			return fmt.Errorf("scope %q: %w", s, err)
+		}
+		printScope(stdout, t)
+	}
+	if scope == "" && len(scopes) == inspectMaxScopes {
+		fmt.Fprintf(stdout, "(the first %d scopes the registry lists; give --scope for another)\n", inspectMaxScopes)
+	}
+	return nil
+}
+
+// registryScopes lists up to max scopes from the registry, in the order
+// of their newest frames.
+func registryScopes(ctx context.Context, c *actors.Client, max int) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	cursor := ""
+	for len(out) < max {
+		page, err := c.ListFrames(ctx, &messages.ListFrames{Limit: 1000, Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range page.Frames {
+			if !seen[f.Scope] && len(out) < max {
+				seen[f.Scope] = true
+				out = append(out, f.Scope)
+			}
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	return out, nil
+}
+
+func printScope(w io.Writer, t *views.ScopeTree) {
+	fmt.Fprintf(w, "scope %s  version %d  frames %d (%d live)  pending %d\n", t.Scope, t.Version, t.Frames, t.Live, t.PendingTotal)
+	for _, n := range t.Notes {
+		fmt.Fprintf(w, "  (%s)\n", n)
+	}
+	for i, r := range t.Roots {
+		printFrame(w, r, "", i == len(t.Roots)-1)
 	}
 	fmt.Fprintln(w)
 }
 
-func printFrame(w io.Writer, st *frames.State, f *frames.Frame, indent string, last bool, top *frames.Frame) {
-	branch, next := "├─ ", "│  "
-	if last {
-		branch, next = "└─ ", "   "
-	}
+func printFrame(w io.Writer, f *views.FrameNode, indent string, last bool) {
+	branch, next := branches(last)
 	marker := ""
-	if f == top {
+	if f.Top {
 		marker = "  ◀ top"
+	}
+	if f.Orphan {
+		marker += "  (parent " + short(f.ParentID) + " not shown)"
 	}
 	extra := ""
 	if f.Suspension != nil {
@@ -98,38 +170,28 @@ func printFrame(w io.Writer, st *frames.State, f *frames.Frame, indent string, l
 		}
 		extra += ")"
 	}
-	if n := len(f.InDoubt()); n > 0 {
+	if n := len(f.InDoubt); n > 0 {
 		extra += fmt.Sprintf("  %d tool call(s) in doubt", n)
 	}
-	if ab := f.Abandoned(); len(ab) > 0 {
+	if ab := f.Abandoned; len(ab) > 0 {
 		names := make([]string, len(ab))
 		for i, c := range ab {
 			names[i] = clip(c.Name, 24) + " " + short(c.ID)
 		}
 		extra += fmt.Sprintf("  %d tool call(s) abandoned: %s", len(ab), strings.Join(names, ", "))
 	}
-	fmt.Fprintf(w, "%s%s%s %-9s depth %d  tokens %d/%d  handles %d%s  %q%s\n", indent, branch, short(f.ID), f.Status, f.Depth,
-		f.Budget.Used, f.Budget.Total, len(f.Handles), extra, clip(f.Goal, 60), marker)
-	for i, id := range f.Children {
-		printFrame(w, st, st.Frames[id], indent+next, i == len(f.Children)-1, top)
+	total, handles := fmt.Sprint(f.Budget.Total), fmt.Sprint(f.Handles)
+	if !f.Known {
+		total, handles = "?", "?"
+	}
+	fmt.Fprintf(w, "%s%s%s %-9s depth %d  tokens %d/%s  handles %s%s  %q%s\n", indent, branch, short(f.ID), f.Status, f.Depth,
+		f.Budget.Used, total, handles, extra, clip(f.Goal, 60), marker)
+	for i, c := range f.Children {
+		printFrame(w, c, indent+next, i == len(f.Children)-1)
 	}
 }
 
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
-}
-
-func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= n {
-		return s
-	}
-	i := n - len("…")
-	for i > 0 && s[i]&0xC0 == 0x80 { // back off to a rune boundary
-		i--
-	}
-	return s[:i] + "…"
-}
+var (
+	short = views.Short
+	clip  = views.Clip
+)

@@ -11,9 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/stateindex/stateindex/actors"
-	"github.com/stateindex/stateindex/frames"
-	"github.com/stateindex/stateindex/messages"
+	"github.com/stateindex/stateindex/internal/views"
 )
 
 func init() {
@@ -54,10 +52,10 @@ func stateCmd(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	c, stop, err := readerClient(*dir, *server, *timeout)
 	if err != nil {
-		return err
+		return heldHint(*dir, "state", err)
 	}
 	defer stop()
-	st, err := readState(ctx, c, *scope, *frame, *prefix)
+	st, err := views.ReadState(ctx, c, *scope, *frame, *prefix)
 	if err != nil {
 		return err
 	}
@@ -70,74 +68,12 @@ func stateCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// StateListing is what `stateindex state` prints.
-type StateListing struct {
-	Scope   string `json:"scope"`
-	Frame   string `json:"frame,omitempty"`
-	Prefix  string `json:"prefix,omitempty"`
-	Version int64  `json:"version"`
-	// Size is the level's (its live keys and bytes) with the scope's total
-	// and limit, as the server counts them.
-	Size frames.StateSize `json:"size"`
-	Keys []StateKey       `json:"keys"`
-}
-
-// StateKey is one key: a value (Value or ValueBase64) or a list (Items,
-// oldest first).
-type StateKey struct {
-	Key         string     `json:"key"`
-	Version     int64      `json:"version"`
-	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
-	Sliding     bool       `json:"sliding,omitempty"`
-	Bytes       int        `json:"bytes"`
-	List        bool       `json:"list,omitempty"`
-	Value       *string    `json:"value,omitempty"`
-	ValueBase64 []byte     `json:"value_base64,omitempty"`
-	Items       []any      `json:"items,omitempty"` // each a string, or its bytes (base64)
-}
-
-// readState reads the level through a StateHandle (its pages at one
-// version), then its size.
-func readState(ctx context.Context, c *actors.Client, scope, frame, prefix string) (*StateListing, error) {
-	h := c.FrameState(scope, frame)
-	entries, err := h.Entries(ctx, prefix)
-	if err != nil {
-		return nil, err
-	}
-	out := &StateListing{Scope: scope, Frame: frame, Prefix: prefix, Version: h.Version(), Keys: []StateKey{}}
-	r, err := c.RangeState(ctx, &messages.RangeState{Header: messages.Header{Scope: scope}, FrameID: frame, Limit: 1})
-	if err != nil {
-		return nil, err
-	}
-	out.Size = r.Size
-	for _, e := range entries {
-		k := StateKey{Key: e.Key, Version: e.Version, Sliding: e.Sliding, List: e.List}
-		if e.ExpiresAt != 0 {
-			at := time.Unix(0, e.ExpiresAt).UTC()
-			k.ExpiresAt = &at
-		}
-		if e.List {
-			for _, it := range e.Items {
-				k.Bytes += len(it)
-				if utf8.Valid(it) {
-					k.Items = append(k.Items, string(it))
-				} else {
-					k.Items = append(k.Items, it)
-				}
-			}
-		} else {
-			k.Bytes = len(e.Value)
-			if utf8.Valid(e.Value) {
-				v := string(e.Value)
-				k.Value = &v
-			} else {
-				k.ValueBase64 = e.Value
-			}
-		}
-		out.Keys = append(out.Keys, k)
-	}
-	return out, nil
-}
+// The listing is read in internal/views (the web inspector shows the same
+// keys).
+type (
+	StateListing = views.StateListing
+	StateKey     = views.StateKey
+)
 
 func printState(w io.Writer, st *StateListing) {
 	level := "the scope's own"

@@ -86,7 +86,9 @@ func threads(args []string, stdout, stderr io.Writer) error {
 	var reply *messages.ListFramesReply
 	var err error
 	if *dir != "" {
-		reply, err = threadsOnFile(ctx, *dir, req)
+		if reply, err = threadsOnFile(ctx, *dir, req); err != nil {
+			err = heldHint(*dir, "threads", err)
+		}
 	} else {
 		reply, err = threadsOnServer(ctx, *server, req, *timeout)
 	}

@@ -345,4 +345,3 @@ func Dollars(m int64) string {
 	}
 	return fmt.Sprintf("%s$%d.%06d", sign, m/budget.MicrosPerUnit, m%budget.MicrosPerUnit)
 }
-

@@ -84,4 +84,3 @@ func StateKeyOf(e frames.StateEntry) StateKey {
 	}
 	return k
 }
-

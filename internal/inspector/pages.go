@@ -93,7 +93,9 @@ type scopeCount struct {
 	Live, Ended int
 }
 
-func (framesPage) head() (string, string, string) { return "Frames across scopes — StateIndex", "", "" }
+func (framesPage) head() (string, string, string) {
+	return "Frames across scopes — StateIndex", "", ""
+}
 
 func (in *Inspector) frames(r *http.Request) (string, any, error) {
 	p := framesPage{Status: map[string]bool{}}
@@ -178,7 +180,9 @@ type chainView struct {
 	Links []*views.FrameNode
 }
 
-func (p scopePage) head() (string, string, string) { return "Scope " + p.Tree.Scope + " — StateIndex", p.Tree.Scope, "tree" }
+func (p scopePage) head() (string, string, string) {
+	return "Scope " + p.Tree.Scope + " — StateIndex", p.Tree.Scope, "tree"
+}
 
 func (in *Inspector) scope(r *http.Request) (string, any, error) {
 	s, err := scopeParam(r)
@@ -301,7 +305,9 @@ type statePage struct {
 	Next                 string
 }
 
-func (p statePage) head() (string, string, string) { return "State of " + p.Scope + " — StateIndex", p.Scope, "state" }
+func (p statePage) head() (string, string, string) {
+	return "State of " + p.Scope + " — StateIndex", p.Scope, "state"
+}
 
 func (in *Inspector) state(r *http.Request) (string, any, error) {
 	s, err := scopeParam(r)
@@ -343,7 +349,9 @@ type ledgerPage struct {
 	Tree         *views.LedgerTree
 }
 
-func (p ledgerPage) head() (string, string, string) { return "Ledger of " + p.Scope + " — StateIndex", p.Scope, "ledger" }
+func (p ledgerPage) head() (string, string, string) {
+	return "Ledger of " + p.Scope + " — StateIndex", p.Scope, "ledger"
+}
 
 func (in *Inspector) ledger(r *http.Request) (string, any, error) {
 	s, err := scopeParam(r)
@@ -597,8 +605,8 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("(%d bytes, not UTF-8)", len(b))
 	},
-	"clipv": clipValue,
-	"nodeOf": func(scope string, n *views.FrameNode) treeNode { return treeNode{scope, n} },
+	"clipv":   clipValue,
+	"nodeOf":  func(scope string, n *views.FrameNode) treeNode { return treeNode{scope, n} },
 	"lnodeOf": func(scope string, n *views.LedgerNode) ledgerNode { return ledgerNode{scope, n} },
 }
 

@@ -153,6 +153,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	jattrs = append(jattrs, "admin", sock)
 
 	var shutdown func()
+	var client *actors.Client // what the inspector reads through
 	switch {
 	case clusterName != "":
 		if len(cfg.LedgerKey) == 0 {
@@ -175,7 +176,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		healthAddr, _ := actors.HealthAddress(listen)
 		log.Info("stateindex serving", append([]any{"data", abs, "cluster", clusterName, "member", listen, "kind", actors.KindOf(listen),
 			"members", strings.Join(members, ","), "health", healthAddr, "shards", cfg.Shards}, jattrs...)...)
-		shutdown = node.Stop
+		shutdown, client = node.Stop, node.Client()
 	case listen != "":
 		host, port, err := splitHostPort(listen)
 		if err != nil {
@@ -207,7 +208,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		log.Info("stateindex serving", append([]any{"data", abs, "listen", sys.Address(), "pid", gw.Address + "/" + gw.Id, "shards", cfg.Shards}, jattrs...)...)
-		shutdown = func() { stopRemote(sys, r, gw, srv) }
+		shutdown, client = func() { stopRemote(sys, r, gw, srv) }, srv.Client()
 	default:
 		srv, err := actors.Start(sys, store, cfg)
 		if err != nil {
@@ -223,11 +224,19 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		}
 		log.Info("stateindex serving", append([]any{"data", abs, "pid", srv.PID().Address + "/" + srv.PID().Id, "shards", cfg.Shards,
 			"note", "in-process only: --listen serves remote actors; stop with Ctrl-C"}, jattrs...)...)
-		shutdown = func() { srv.Stop(); sys.Shutdown() }
+		shutdown, client = func() { srv.Stop(); sys.Shutdown() }, srv.Client()
 	}
+	inspectorURL, stopInspector, err := startInspector(file, client, log)
+	if err != nil {
+		shutdown()
+		return err
+	}
+	admin.setInfo(listen, inspectorURL)
+	printConnect(stdout, file, inspectorURL)
 
 	<-ctx.Done()
 	log.Info("stateindex stopping: finishing queued requests")
+	stopInspector()
 	admin.stop()
 	shutdown()
 	if err := store.Close(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
+	"github.com/stateindex/stateindex/internal/inspector"
 	"github.com/stateindex/stateindex/tokenizer"
 )
 
@@ -36,6 +37,7 @@ type File struct {
 	Hooks          []Hook
 	Registry       Registry
 	Ledger         Ledger
+	HTTP           HTTP
 
 	// Sources lists the files read, the named one first, then each base.
 	Sources []string
@@ -71,6 +73,27 @@ type Ledger struct {
 	Cap         float64
 	Lease       time.Duration
 	KeyFile     string
+}
+
+// HTTP configures the read-only web inspector (internal/inspector):
+// Listen its HOST:PORT ("" none; `serve --http`), SecretFile a file holding
+// the secret every request must carry (required off loopback; `serve
+// --http-secret-file`).
+type HTTP struct {
+	Listen     string
+	SecretFile string
+}
+
+// HTTPSecret reads http.secret_file (nil when none is set).
+func (f *File) HTTPSecret() ([]byte, error) {
+	if f.HTTP.SecretFile == "" {
+		return nil, nil
+	}
+	s, err := inspector.ReadSecret(f.HTTP.SecretFile)
+	if err != nil {
+		return nil, errAt(f.Origin("http.secret_file"), "http.secret_file", "(%s): %v", f.HTTP.SecretFile, err)
+	}
+	return s, nil
 }
 
 // MinLedgerKeyBytes is the least a ledger key file may hold.

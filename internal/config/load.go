@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/stateindex/stateindex/internal/inspector"
 	"github.com/stateindex/stateindex/tokenizer"
 )
 
@@ -90,6 +91,9 @@ func (f *File) check() error {
 		return errAt(lc, "ledger.cap", "(%s) applies only with ledger.unestimated: cap, not %s", format(&f.Ledger.Cap), f.Ledger.Unestimated)
 	}
 	if _, err := f.LedgerKey(); err != nil {
+		return err
+	}
+	if err := f.checkHTTP(); err != nil {
 		return err
 	}
 	if err := f.checkState(); err != nil {
@@ -345,6 +349,9 @@ func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string
 			if key == "ledger.key_file" && f.Ledger.KeyFile != "" && !filepath.IsAbs(f.Ledger.KeyFile) {
 				f.Ledger.KeyFile = filepath.Join(filepath.Dir(o.File), f.Ledger.KeyFile) // as data_dir
 			}
+			if key == "http.secret_file" && f.HTTP.SecretFile != "" && !filepath.IsAbs(f.HTTP.SecretFile) {
+				f.HTTP.SecretFile = filepath.Join(filepath.Dir(o.File), f.HTTP.SecretFile) // as data_dir
+			}
 		case isSection(key):
 			if v.Kind != yaml.MappingNode {
 				return errAt(o, key, "must be a mapping, got %s", describe(v))
@@ -479,6 +486,28 @@ func (f *File) applyOverrides(key string, v *yaml.Node, o Origin, files map[*yam
 			eo.ScopePrefix = ro.ScopePrefix
 			f.Expiry.Overrides = append(f.Expiry.Overrides, eo)
 		}
+	}
+	return nil
+}
+
+// checkHTTP applies the inspector's rule: off loopback it needs a secret
+// (inspector.CheckListen), and a secret file must be readable.
+func (f *File) checkHTTP() error {
+	if _, err := f.HTTPSecret(); err != nil {
+		return err
+	}
+	if f.HTTP.Listen == "" {
+		if f.HTTP.SecretFile != "" {
+			return errAt(f.Origin("http.secret_file"), "http.secret_file", "needs http.listen (--http)")
+		}
+		return nil
+	}
+	if err := inspector.CheckListen(f.HTTP.Listen, f.HTTP.SecretFile != ""); err != nil {
+		o := f.Origin("http.listen")
+		if o.Flag != "" {
+			return errAt(o, "", "%v", err)
+		}
+		return errAt(o, "http.listen", "%v", err)
 	}
 	return nil
 }

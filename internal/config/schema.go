@@ -121,6 +121,8 @@ var settings = func() []setting {
 		{key: "cluster.name", flag: "cluster", usage: "join the Proto.Actor cluster NAME as a storage member (needs --listen and --peers)", field: func(f *File) any { return &f.Cluster.Name }},
 		{key: "cluster.peers", flag: "peers", usage: "the cluster's storage members, HOST:PORT,... (their --listen addresses; this member is added); the same list on every member and client", field: func(f *File) any { return &f.Cluster.Peers }},
 		{key: "cluster.health_interval", flag: "health-interval", usage: "cluster: how often members poll each other's health endpoint (each member's --listen port + 1)", spec: positive(), field: func(f *File) any { return &f.Cluster.HealthInterval }},
+		{key: "http.listen", flag: "http", usage: "serve the read-only web inspector at HOST:PORT (on a loopback address it needs nothing; on any other, http.secret_file)", field: func(f *File) any { return &f.HTTP.Listen }},
+		{key: "http.secret_file", flag: "http-secret-file", usage: "a file holding the secret (at least 16 bytes) every inspector request must carry: Authorization: Bearer SECRET, or SECRET as the basic password", field: func(f *File) any { return &f.HTTP.SecretFile }},
 	}
 	for _, k := range retentionKeys {
 		s = append(s, setting{key: "retention." + k.key, spec: k.spec, field: func(f *File) any { return k.def(&f.Retention.Default) }})

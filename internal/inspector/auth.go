@@ -53,10 +53,10 @@ func ReadSecret(path string) ([]byte, error) {
 	}
 	s := strings.TrimRight(string(b), " \t\r\n")
 	if len(s) < MinSecretBytes {
-		return nil, fmt.Errorf("%s holds %d bytes of secret, want at least %d", path, len(s), MinSecretBytes)
+		return nil, fmt.Errorf("it holds %d bytes of secret, want at least %d", len(s), MinSecretBytes)
 	}
 	if strings.ContainsAny(s, "\r\n") {
-		return nil, errors.New(path + ": a secret is one line")
+		return nil, errors.New("a secret is one line")
 	}
 	return []byte(s), nil
 }

@@ -3,9 +3,12 @@ PURE := ./budget/... ./compaction/... ./frames/...
 
 .PHONY: test vet check-deps bench bench-go test-peers fmt run build example example-longtask inspect
 
-## run: start the StateIndex server on ./data/stateindex.db (Ctrl-C stops it cleanly)
+## run: start the StateIndex server on ./data/stateindex.db, remote actors on 127.0.0.1:$(RUN_PORT),
+## the web inspector on http://127.0.0.1:$(RUN_HTTP_PORT)/ (Ctrl-C stops it cleanly)
+RUN_PORT ?= 7420
+RUN_HTTP_PORT ?= 7421
 run:
-	$(GO) run ./cmd/stateindex serve --data ./data
+	$(GO) run ./cmd/stateindex serve --data ./data --listen 127.0.0.1:$(RUN_PORT) --http 127.0.0.1:$(RUN_HTTP_PORT)
 
 ## build: the stateindex binary in ./bin
 build:
@@ -23,7 +26,8 @@ example-longtask:
 inspect:
 	$(GO) run ./cmd/stateindex inspect --data ./data/agent-example
 
-## test: vet, check the pure core's imports, then every test with the race detector,
+## test: vet, check the pure core's imports, then every test with the race detector (the inspector's
+## browser test runs when chromium is installed; STATEINDEX_BROWSER_TEST=1 requires it),
 ## then the cluster tests of AwaitFrame, hooks and ListFrames' fan-out without it (a cluster node races
 ## inside Proto.Actor under -race; about 20 s: two `stateindex serve` members each)
 test: vet check-deps

@@ -36,7 +36,7 @@ type fixture struct {
 }
 
 // hostileGoal is user data the pages must escape.
-const hostileGoal = `plan the trip <script>alert("x")</script> & "more"`
+const hostileGoal = `compare prices <b>per night</b> & "fees"`
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
@@ -61,7 +61,7 @@ func newFixture(t testing.TB) *fixture {
 		require.NoError(t, err)
 		return r.FrameID
 	}
-	fx.root = push("", hostileGoal, 20000, budget.Limits{SpendMicros: 1_000_000})
+	fx.root = push("", "plan the trip to Lisbon", 20000, budget.Limits{SpendMicros: 1_000_000})
 	fx.research = push(fx.root, "research flights", 6000, budget.Limits{})
 	for i, p := range []compaction.Priority{compaction.Critical, compaction.High, compaction.Medium, compaction.Low, compaction.Background, compaction.Medium, compaction.Low} {
 		r, err := c.AddContextHandle(ctx, &messages.AddContextHandle{Header: h, FrameID: fx.research, Priority: p, Role: "user",
@@ -76,7 +76,7 @@ func newFixture(t testing.TB) *fixture {
 	_, err = c.SuspendFrame(ctx, &messages.SuspendFrame{Header: h, FrameID: fx.research, Reason: frames.SuspendApproval, Note: "needs <approval>"})
 	require.NoError(t, err)
 	fx.book = push(fx.root, "book hotel", 4000, budget.Limits{Turns: 5})
-	fx.compare = push(fx.book, "compare prices", 1000, budget.Limits{})
+	fx.compare = push(fx.book, hostileGoal, 1000, budget.Limits{})
 	fx.pay = push(fx.root, "pay deposit", 500, budget.Limits{})
 	_, err = c.StartToolCall(ctx, &messages.StartToolCall{Header: h, FrameID: fx.pay, CallID: "call-charge-1", Name: "charge_card"})
 	require.NoError(t, err)
@@ -86,7 +86,7 @@ func newFixture(t testing.TB) *fixture {
 	_, err = c.ReserveSpend(ctx, &messages.ReserveSpend{Header: h, FrameID: fx.root, For: "researcher", Estimate: &est})
 	require.NoError(t, err)
 	_, err = c.ChangeState(ctx, &messages.ChangeState{Header: h, Ops: []messages.StateOp{
-		{Kind: "set", Key: "plan", Value: []byte("research, then <book>")},
+		{Kind: "set", Key: "plan", Value: []byte("research, then <script>book()</script>")},
 		{Kind: "push", Key: "log", Value: []byte("started"), Keep: 5},
 		{Kind: "set", Key: "blob", Value: []byte{0xff, 0x00, 0x01}},
 	}})

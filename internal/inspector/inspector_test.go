@@ -48,7 +48,7 @@ func TestPagesShowTheScopeAndWriteNothing(t *testing.T) {
 			`data-abandoned="call-charge-1"`, "approval", "tool_abandoned", "$1.000000"}},
 		{"/scope/timeline?s=" + s, []string{"frame.pushed", "tool.started", "spend.reserved", `data-reason="`}},
 		{"/scope/timeline?s=" + s + "&reason=run_finished", []string{"no event with reason run_finished"}},
-		{"/scope/state?s=" + s, []string{`data-key="plan"`, "research, then &lt;book&gt;", "not UTF-8"}},
+		{"/scope/state?s=" + s, []string{`data-key="plan"`, "research, then &lt;script&gt;book()&lt;/script&gt;", "not UTF-8"}},
 		{"/scope/ledger?s=" + s, []string{"researcher", "$0.400000", "open"}},
 		{"/frame?s=" + s + "&f=" + fx.research, []string{"call-search-1", "in doubt", "needs &lt;approval&gt;", "Pack preview"}},
 		{"/frame?s=" + s + "&f=" + fx.pay, []string{"abandoned", "failed"}},
@@ -63,6 +63,7 @@ func TestPagesShowTheScopeAndWriteNothing(t *testing.T) {
 			}
 			assert.NotContains(t, body, "<script>", "user data is escaped")
 			assert.NotContains(t, body, "<approval>")
+			assert.NotContains(t, body, "<b>per night</b>")
 		})
 	}
 	code, _, body := get(t, in, http.MethodHead, "/scope?s="+s)

@@ -114,9 +114,9 @@ func Describe(ev frames.Event) string {
 		c := e.Cost
 		return fmt.Sprintf("usage: %d in / %d out tokens, %d turn(s), spend %s", c.InputTokens, c.OutputTokens, c.Turns, Dollars(c.SpendMicros))
 	case *frames.ToolStarted:
-		return fmt.Sprintf("tool call %s started: %s", Short(e.CallID), Clip(e.Name, 60))
+		return fmt.Sprintf("tool call %s started: %s", Clip(e.CallID, 40), Clip(e.Name, 60))
 	case *frames.ToolFinished:
-		s := fmt.Sprintf("tool call %s finished: %s", Short(e.CallID), Clip(e.ResultHandle.Content, 80))
+		s := fmt.Sprintf("tool call %s finished: %s", Clip(e.CallID, 40), Clip(e.ResultHandle.Content, 80))
 		if e.IsError {
 			s += " (error)"
 		}

@@ -224,11 +224,10 @@ func ReadScopeTree(ctx context.Context, c *actors.Client, scope string, o TreeOp
 	}
 	// Their records (budget, limits, counts), the newest first; a frame
 	// the registry still lists as live finished after GetScope read.
+	skipped := 0
 	for i, n := range finished {
-		if o.MaxDetails >= 0 && i >= o.MaxDetails && n.Status.Terminal() {
-			if i == o.MaxDetails {
-				t.Notes = append(t.Notes, fmt.Sprintf("budgets are read for the newest %d finished frames only", o.MaxDetails))
-			}
+		if (o.MaxDetails < 0 || i >= o.MaxDetails) && n.Status.Terminal() {
+			skipped++
 			continue
 		}
 		s, err := c.GetStack(ctx, &messages.GetStack{Header: h, FrameID: n.ID})
@@ -244,6 +243,9 @@ func ReadScopeTree(ctx context.Context, c *actors.Client, scope string, o TreeOp
 		d := nodeOfSummary(&s.Frames[len(s.Frames)-1])
 		d.PushVersion, d.ChainRoot, d.ContinuedFrom, d.ContinuedTo = n.PushVersion, n.ChainRoot, n.ContinuedFrom, n.ContinuedTo
 		*n = *d
+	}
+	if skipped > 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("%d finished frames are shown from the registry alone (their budgets not read)", skipped))
 	}
 	for _, a := range t.Abandoned {
 		if n := nodes[a.FrameID]; n != nil && !containsCall(n.Abandoned, a.Call.ID) {

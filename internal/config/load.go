@@ -92,6 +92,9 @@ func (f *File) check() error {
 	if _, err := f.LedgerKey(); err != nil {
 		return err
 	}
+	if _, err := f.Security(nil); err != nil {
+		return err
+	}
 	if err := f.checkState(); err != nil {
 		return err
 	}
@@ -312,6 +315,17 @@ func checkDuplicates(m *yaml.Node, prefix, path string) error {
 	return nil
 }
 
+// pathKeys are the keys that name a file: a relative path in a
+// configuration file is relative to that file.
+var pathKeys = map[string]func(*File) *string{
+	"ledger.key_file":    func(f *File) *string { return &f.Ledger.KeyFile },
+	"tls.cert_file":      func(f *File) *string { return &f.TLS.CertFile },
+	"tls.key_file":       func(f *File) *string { return &f.TLS.KeyFile },
+	"tls.ca_file":        func(f *File) *string { return &f.TLS.CAFile },
+	"tls.client_ca_file": func(f *File) *string { return &f.TLS.ClientCAFile },
+	"auth.secret_file":   func(f *File) *string { return &f.Auth.SecretFile },
+}
+
 // applyMap sets the File from a merged mapping at key path prefix.
 func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string) error {
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -342,8 +356,8 @@ func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string
 			if key == "data_dir" && !filepath.IsAbs(f.DataDir) {
 				f.DataDir = filepath.Join(filepath.Dir(o.File), f.DataDir) // relative to the file that says it
 			}
-			if key == "ledger.key_file" && f.Ledger.KeyFile != "" && !filepath.IsAbs(f.Ledger.KeyFile) {
-				f.Ledger.KeyFile = filepath.Join(filepath.Dir(o.File), f.Ledger.KeyFile) // as data_dir
+			if p, ok := pathKeys[key]; ok && *p(f) != "" && !filepath.IsAbs(*p(f)) {
+				*p(f) = filepath.Join(filepath.Dir(o.File), *p(f)) // as data_dir
 			}
 		case isSection(key):
 			if v.Kind != yaml.MappingNode {

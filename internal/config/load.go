@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,12 +13,33 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/tokenizer"
 )
 
 // Load reads the file at path, following its extends chain, and resolves
 // it over the defaults. An empty path gives the defaults.
 func Load(path string) (*File, error) { return resolve(path, nil) }
+
+// LoadSecurity reads the file at path as Load does (every value checked
+// by its own rule) but checks only what connecting needs, not the rules
+// between keys that serving needs (a member's file may leave --listen and
+// --peers to the command line), and returns its Security (see
+// File.Security): for the commands that reach a server with the server's
+// own configuration file.
+func LoadSecurity(path string, log *slog.Logger) (*actors.Security, error) {
+	f := Default()
+	l := &loader{files: map[*yaml.Node]string{}}
+	root, err := l.load(path, Origin{})
+	if err != nil {
+		return nil, err
+	}
+	f.Sources = l.sources
+	if err := f.applyMap(root, "", l.files); err != nil {
+		return nil, err
+	}
+	return f.Security(log)
+}
 
 // resolve builds a File: defaults, then the file, then the flags given
 // (name, value pairs in command-line order), then the checks that span

@@ -126,6 +126,22 @@ auth:
 		})
 	}
 
+	// LoadSecurity reads a member's file whose listen and peers come from
+	// the command line: only what connecting needs is checked.
+	member := write(t, files)
+	require.NoError(t, os.WriteFile(filepath.Join(member, "si.yaml"), []byte("cluster:\n  name: c\ntls:\n  cert_file: node.pem\n  key_file: node.key\n  ca_file: ca.pem\n"), 0o600))
+	_, err = Load(filepath.Join(member, "si.yaml"))
+	assert.ErrorContains(t, err, "cluster.name needs remoting.listen", "serving needs them")
+	sec, err = LoadSecurity(filepath.Join(member, "si.yaml"), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "tls=server secret=off", sec.String())
+	require.NoError(t, os.WriteFile(filepath.Join(member, "bad.yaml"), []byte("tls:\n  cert_file: node.pem\n  key_file: none.key\n"), 0o600))
+	_, err = LoadSecurity(filepath.Join(member, "bad.yaml"), nil)
+	assert.ErrorContains(t, err, "bad.yaml:3: tls.key_file ("+filepath.Join(member, "none.key")+") cannot be read")
+	require.NoError(t, os.WriteFile(filepath.Join(member, "typo.yaml"), []byte("tls:\n  client_auth: yes\n"), 0o600))
+	_, err = LoadSecurity(filepath.Join(member, "typo.yaml"), nil)
+	assert.ErrorContains(t, err, `typo.yaml:2: tls.client_auth must be one of none, request, require, got "yes"`)
+
 	// A bad flag is named as a flag.
 	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
 	fl = RegisterFlags(fs)

@@ -26,7 +26,7 @@ import (
 
 // security builds a Security from files (the child's secSpec), logging to
 // log.
-func (s secSpec) security(t *testing.T, log *slog.Logger) *actors.Security {
+func (s secSpec) security(t testing.TB, log *slog.Logger) *actors.Security {
 	t.Helper()
 	sc := actors.SecurityConfig{Logger: log}
 	if s.Cert != "" {

@@ -263,7 +263,7 @@ func TestSecretsAndSecurityAreChecked(t *testing.T) {
 
 // startSecureServer runs a StateIndex child with spec's security and
 // returns it and its address.
-func startSecureServer(t *testing.T, name string, spec *secSpec) (*proctest.Proc, string) {
+func startSecureServer(t testing.TB, name string, spec *secSpec) (*proctest.Proc, string) {
 	t.Helper()
 	self, err := os.Executable()
 	require.NoError(t, err)

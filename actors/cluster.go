@@ -47,8 +47,9 @@ type ClusterConfig struct {
 	Name string
 	// Members are the storage members' names: their advertised remoting
 	// addresses (host:port, as given to `stateindex serve --listen`).
-	// Each one also serves its health endpoint, which the automanaged
-	// provider polls, on the next port (see HealthAddress).
+	// Each one also serves its health endpoint, which every node polls
+	// (automanaged's protocol, see healthProvider), on the next port of
+	// the same host (see HealthAddress).
 	Members []string
 	// Shards is the number of shards (grains) of each member; default 16.
 	Shards int
@@ -279,8 +280,8 @@ func claimIdentity(store eventstore.Store, cc ClusterConfig, self string) error 
 	return ids.ClaimIdentity(ctx, eventstore.Identity{Cluster: cc.Name, Member: self, Members: cc.Members, Shards: cc.Shards})
 }
 
-// join starts remoting on addr and the cluster with the automanaged
-// provider and the disthash identity grainLookup.
+// join starts remoting on addr and the cluster with the health provider
+// (automanaged's protocol) and the disthash identity lookup.
 func (n *ClusterNode) join(addr string, member bool, kind *cluster.Kind) (err error) {
 	host, port, err := splitListen(addr)
 	if err != nil {

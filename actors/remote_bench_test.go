@@ -136,9 +136,10 @@ func measureRemote(b *testing.B, callers int, do func(w int) error) {
 // certificate), mutual TLS — each with a caller of its own kind here, and
 // the same operations as BenchmarkRemote: op=echo (a trivial remote actor)
 // and op=get (Client.GetStack), at 1 and 16 callers. The three kinds take
-// turns within each cell and the cells repeat in rounds
-// (STATEINDEX_BENCH_ROUNDS, default 3), so that a machine whose load drifts
-// affects them alike; compare the kinds within a round. The secret is not
+// turns within each cell, each round starting with the next kind, and the
+// cells repeat in rounds (STATEINDEX_BENCH_ROUNDS, default 3), so that a
+// machine whose load drifts affects them alike; compare the kinds within a
+// round. The secret is not
 // measured apart: it travels once per connection, not per message.
 //
 // It starts two more remoting systems in this process, which the race
@@ -193,7 +194,11 @@ func BenchmarkRemoteTLS(b *testing.B) {
 	for round := 1; round <= rounds; round++ {
 		for _, op := range []string{"echo", "get"} {
 			for _, callers := range []int{1, 16} {
-				for _, k := range kinds {
+				// Each round starts with another kind, so that each takes
+				// each place in the turn equally often (rounds a multiple
+				// of three).
+				for i := range kinds {
+					k := kinds[(i+round-1)%len(kinds)]
 					b.Run(fmt.Sprintf("round=%d/op=%s/callers=%d/sec=%s", round, op, callers, k.name), func(b *testing.B) {
 						measureRemote(b, callers, func(w int) error {
 							if op == "echo" {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,6 +180,8 @@ func TestServeClusterOverMutualTLS(t *testing.T) {
 		assert.Contains(t, line, `security="tls=mutual secret=on"`)
 		assert.Contains(t, line, fmt.Sprintf("health=127.0.0.1:%d", ports[i]+1), "the member's own host")
 		p.WaitLine(0, regexp.MustCompile(`storage member up.* live=2`), 30*time.Second)
+		_, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.2:%d", ports[i]+1), time.Second)
+		assert.Error(t, err, "the health endpoint is not on every interface")
 	}
 	cmd := exec.Command(bin, "threads", "--server", a, "--config", cfg, "--json")
 	var stdout, stderr bytes.Buffer

@@ -40,7 +40,9 @@
 //	remote.go      remoting: the gateway remote callers address, the client transport
 //	               (the wire codec is package actors/wire)
 //	cluster.go     clustering: placement of scopes on their home member, members and
-//	               client nodes
+//	               client nodes; health.go the membership provider (health polls)
+//	tls.go         keeping callers out: TLS, mutual TLS and a shared secret
+//	               (Security, WithSecurity, ClusterConfig.Security)
 //	config.go      Config and its defaults; errors.go the sentinels and the mapping of
 //	               domain errors to wire codes; token.go signed suspension tokens;
 //	               checkpoint.go signed checkpoints
@@ -76,6 +78,10 @@
 //     unknown: resend it with the same request id.
 //   - Stop waits for the writes in flight and the background snapshots;
 //     close the store only after it.
+//   - Remoting admits anyone unless given a Security (WithSecurity,
+//     ClusterConfig.Security); then every node, a remote Client too, needs
+//     a certificate: replies come back on a connection the server dials.
+//     An admitted caller may use every scope.
 //
 // What it must never do: decide a rule itself (rules live in frames; the
 // shell translates), apply or answer anything before its events are

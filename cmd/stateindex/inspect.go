@@ -25,11 +25,12 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("inspect")
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "", "data directory (read the file; no server may hold it; default ./data without --server)")
-	server := fs.String("server", "", "a running server's remoting address host:port (`stateindex serve --listen`)")
+	conn := addConnectFlags(fs)
+	server := conn.server
 	scope := fs.String("scope", "", "only this scope")
 	timeout := fs.Duration("timeout", 30*time.Second, "the command's deadline (--server)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: stateindex inspect (--data DIR | --server HOST:PORT) [--scope S]\n\n"+
+		fmt.Fprint(fs.Output(), "Usage: stateindex inspect (--data DIR | --server HOST:PORT [--config FILE]) [--scope S]\n\n"+
 			"Prints each scope's frame tree: status, depth, tokens used/total, handles,\n"+
 			"suspensions, tool calls in doubt and abandoned. On a data file it first prints\n"+
 			"the journal's state; with --server it asks a running server (reads only: it\n"+
@@ -44,7 +45,7 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	if *server != "" {
-		return inspectServer(*server, *scope, *timeout, stdout)
+		return inspectServer(conn, *scope, *timeout, stdout, stderr)
 	}
 	if *dir == "" {
 		*dir = "./data"
@@ -88,8 +89,8 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 
 // inspectServer prints the trees of a running server's scopes: scope's, or
 // those the registry lists (the newest frames' scopes first).
-func inspectServer(addr, scope string, timeout time.Duration, stdout io.Writer) error {
-	c, _, err := readerClient("", addr, timeout)
+func inspectServer(conn connectFlags, scope string, timeout time.Duration, stdout, stderr io.Writer) error {
+	c, _, err := readerClient("", conn, timeout, stderr)
 	if err != nil {
 		return err
 	}

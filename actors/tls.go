@@ -325,6 +325,18 @@ func NewSecurity(c SecurityConfig) (*Security, error) {
 // TLS reports whether connections are TLS.
 func (s *Security) TLS() bool { return s != nil && s.server != nil }
 
+// HTTPServerTLS is the TLS of remoting's server side for an HTTP server of
+// the same node (the web inspector): the same certificate, the same
+// client-certificate rule; nil when the node is plaintext.
+func (s *Security) HTTPServerTLS() *tls.Config {
+	if !s.TLS() {
+		return nil
+	}
+	c := s.server.Clone()
+	c.NextProtos = []string{"http/1.1"}
+	return c
+}
+
 // Mutual reports whether callers must present a certificate.
 func (s *Security) Mutual() bool {
 	return s.TLS() && s.server.ClientAuth == tls.RequireAndVerifyClientCert

@@ -232,7 +232,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			"note", "in-process only: --listen serves remote actors; stop with Ctrl-C"}, jattrs...)...)
 		shutdown, client = func() { srv.Stop(); sys.Shutdown() }, srv.Client()
 	}
-	inspectorURL, stopInspector, err := startInspector(file, client, log)
+	inspectorURL, stopInspector, err := startInspector(file, client, sec, log)
 	if err != nil {
 		shutdown()
 		return err

@@ -15,7 +15,7 @@ import (
 
 // startInspector starts the web inspector the configuration asks for
 // (http.listen, --http) over c, or nothing; stop stops it (idempotent).
-func startInspector(file *config.File, c *actors.Client, log *slog.Logger) (url string, stop func(), err error) {
+func startInspector(file *config.File, c *actors.Client, sec *actors.Security, log *slog.Logger) (url string, stop func(), err error) {
 	if file.HTTP.Listen == "" {
 		return "", func() {}, nil
 	}
@@ -27,15 +27,24 @@ func startInspector(file *config.File, c *actors.Client, log *slog.Logger) (url 
 	if err != nil {
 		return "", nil, err
 	}
-	srv, err := inspector.Listen(file.HTTP.Listen, in, len(secret) > 0)
+	srv, err := inspector.ListenTLS(file.HTTP.Listen, in, len(secret) > 0 || sec.Mutual(), sec.HTTPServerTLS())
 	if err != nil {
 		return "", nil, fmt.Errorf("--http %s: %w", file.HTTP.Listen, err)
 	}
-	auth := "none (loopback)"
-	if len(secret) > 0 {
-		auth = "secret from " + file.HTTP.SecretFile + " (bearer token or basic password)"
+	var auth []string
+	switch {
+	case file.HTTP.SecretFile != "":
+		auth = append(auth, "secret from "+file.HTTP.SecretFile+" (bearer token or basic password)")
+	case len(secret) > 0:
+		auth = append(auth, "remoting's secret, auth.secret_file (bearer token or basic password)")
 	}
-	log.Info("stateindex inspector", "url", srv.URL(), "auth", auth)
+	if sec.Mutual() {
+		auth = append(auth, "client certificate (mutual TLS, as remoting)")
+	}
+	if len(auth) == 0 {
+		auth = append(auth, "none (loopback)")
+	}
+	log.Info("stateindex inspector", "url", srv.URL(), "auth", strings.Join(auth, " and "))
 	var once bool
 	return srv.URL(), func() {
 		if once {

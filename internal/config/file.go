@@ -91,6 +91,9 @@ type HTTP struct {
 // HTTPSecret reads http.secret_file (nil when none is set).
 func (f *File) HTTPSecret() ([]byte, error) {
 	if f.HTTP.SecretFile == "" {
+		if f.Auth.SecretFile != "" { // remoting's: the same authentication as remoting
+			return f.remotingSecret()
+		}
 		return nil, nil
 	}
 	s, err := inspector.ReadSecret(f.HTTP.SecretFile)
@@ -312,20 +315,30 @@ func (f *File) Security(log *slog.Logger) (*actors.Security, error) {
 		}
 		sc.ServerTLS, sc.ClientTLS = server, client
 	}
-	if path := f.Auth.SecretFile; path != "" {
-		o := f.Origin("auth.secret_file")
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, errAt(o, "auth.secret_file", "(%s) cannot be read: %v", path, err)
-		}
-		if sc.Secret, err = actors.ParseSecret(b); err != nil {
-			return nil, errAt(o, "auth.secret_file", "(%s) %v", path, err)
+	if f.Auth.SecretFile != "" {
+		var err error
+		if sc.Secret, err = f.remotingSecret(); err != nil {
+			return nil, err
 		}
 	}
 	if sc.ServerTLS == nil && sc.Secret == nil {
 		return nil, nil
 	}
 	return actors.NewSecurity(sc)
+}
+
+// remotingSecret reads auth.secret_file.
+func (f *File) remotingSecret() ([]byte, error) {
+	path, o := f.Auth.SecretFile, f.Origin("auth.secret_file")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, errAt(o, "auth.secret_file", "(%s) cannot be read: %v", path, err)
+	}
+	s, err := actors.ParseSecret(b)
+	if err != nil {
+		return nil, errAt(o, "auth.secret_file", "(%s) %v", path, err)
+	}
+	return s, nil
 }
 
 // Counters returns the token counters the file configures, as

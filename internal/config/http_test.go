@@ -31,6 +31,20 @@ func TestHTTPSection(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "0123456789abcdef-web", string(s), "the trailing newline is not part of it")
 
+	// Without a secret of its own it takes remoting's: the same
+	// authentication as remoting (auth.secret_file), on loopback too.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "remoting.secret"), []byte("0123456789abcdef0123456789abcdef-remoting\n"), 0o600))
+	f, err = load("auth:\n  secret_file: remoting.secret\nhttp:\n  listen: 0.0.0.0:7421\n")
+	require.NoError(t, err, "remoting's secret admits a non-loopback inspector")
+	s, err = f.HTTPSecret()
+	require.NoError(t, err)
+	assert.Equal(t, "0123456789abcdef0123456789abcdef-remoting", string(s))
+	f, err = load("auth:\n  secret_file: remoting.secret\nhttp:\n  listen: 0.0.0.0:7421\n  secret_file: web.secret\n")
+	require.NoError(t, err)
+	s, err = f.HTTPSecret()
+	require.NoError(t, err)
+	assert.Equal(t, "0123456789abcdef-web", string(s), "its own secret wins")
+
 	for _, tc := range []struct{ yaml, want string }{
 		{"http:\n  listen: 0.0.0.0:7421\n", "si.yaml:2: http.listen 0.0.0.0:7421 is not a loopback address"},
 		{"http:\n  listen: 10.1.2.3:80\n", "not a loopback address"},

@@ -538,7 +538,8 @@ func (f *File) checkHTTP() error {
 		}
 		return nil
 	}
-	if err := inspector.CheckListen(f.HTTP.Listen, f.HTTP.SecretFile != ""); err != nil {
+	mutual := f.TLS.Configured() && f.TLS.ClientAuth == string(actors.ClientAuthRequire)
+	if err := inspector.CheckListen(f.HTTP.Listen, f.HTTP.SecretFile != "" || f.Auth.SecretFile != "" || mutual); err != nil {
 		o := f.Origin("http.listen")
 		if o.Flag != "" {
 			return errAt(o, "", "%v", err)

@@ -31,15 +31,16 @@ func Loopback(addr string) (bool, error) {
 }
 
 // CheckListen applies the rule of the inspector's address: on loopback it
-// needs nothing; on any other address it needs a secret (hasSecret), which
-// every request must then carry.
+// needs nothing; on any other address it needs what remoting's callers
+// need (hasSecret): a secret every request must carry, or a client
+// certificate (mutual TLS).
 func CheckListen(addr string, hasSecret bool) error {
 	lo, err := Loopback(addr)
 	if err != nil {
 		return err
 	}
 	if !lo && !hasSecret {
-		return fmt.Errorf("%s is not a loopback address: the inspector serves it only with a secret every request must carry (http.secret_file, --http-secret-file: a file of at least %d bytes)", addr, MinSecretBytes)
+		return fmt.Errorf("%s is not a loopback address: the inspector serves it only to authenticated callers: remoting's shared secret (auth.secret_file) or one of its own (http.secret_file, --http-secret-file: a file of at least %d bytes), which every request must carry, or mutual TLS (tls.client_auth: require)", addr, MinSecretBytes)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ package inspector
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"embed"
 	"errors"
 	"fmt"
@@ -240,14 +241,21 @@ func (in *Inspector) render(w http.ResponseWriter, r *http.Request, status int, 
 
 // Server is an Inspector listening on an address.
 type Server struct {
-	srv  *http.Server
-	ln   net.Listener
-	done chan struct{}
+	srv    *http.Server
+	ln     net.Listener
+	scheme string
+	done   chan struct{}
 }
 
 // Listen starts serving h on addr after CheckListen (a secret is required
 // off loopback: hasSecret says h asks for one).
 func Listen(addr string, h http.Handler, hasSecret bool) (*Server, error) {
+	return ListenTLS(addr, h, hasSecret, nil)
+}
+
+// ListenTLS is Listen over TLS when tlsCfg is not nil (the node's remoting
+// certificate and client-certificate rule: Security.HTTPServerTLS).
+func ListenTLS(addr string, h http.Handler, hasSecret bool, tlsCfg *tls.Config) (*Server, error) {
 	if err := CheckListen(addr, hasSecret); err != nil {
 		return nil, err
 	}
@@ -255,7 +263,11 @@ func Listen(addr string, h http.Handler, hasSecret bool) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, done: make(chan struct{}), srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+	scheme := "http"
+	if tlsCfg != nil {
+		ln, scheme = tls.NewListener(ln, tlsCfg), "https"
+	}
+	s := &Server{ln: ln, scheme: scheme, done: make(chan struct{}), srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}}
 	go func() {
 		defer close(s.done)
@@ -268,7 +280,7 @@ func Listen(addr string, h http.Handler, hasSecret bool) (*Server, error) {
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // URL is the inspector's address for a browser.
-func (s *Server) URL() string { return "http://" + s.ln.Addr().String() + "/" }
+func (s *Server) URL() string { return s.scheme + "://" + s.ln.Addr().String() + "/" }
 
 // Close stops it: pages in progress get until ctx ends to finish.
 func (s *Server) Close(ctx context.Context) error {

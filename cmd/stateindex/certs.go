@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,7 +22,7 @@ func init() {
 // use, reused after) and a certificate for one node, valid as a TLS server
 // and client certificate for the hosts given.
 func certsCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
+	fs := newFlagSet("certs")
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "where the CA (ca.pem, ca.key) is kept or created, and the node's NAME.pem and NAME.key written")
 	name := fs.String("name", "", "the node's name: the certificate's common name and its files' name")
@@ -31,7 +30,7 @@ func certsCmd(args []string, stdout, stderr io.Writer) error {
 	days := fs.Int("days", 365, "the node certificate's validity in days (the CA's: ten years)")
 	secret := fs.Bool("secret", false, "also write DIR/secret, a random shared secret for auth.secret_file (if it does not exist)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: stateindex certs --dir DIR --name NAME --hosts H,... [--days N] [--secret]\n\n"+
+		fmt.Fprint(fs.Output(), "Usage: stateindex certs --dir DIR --name NAME --hosts H,... [--days N] [--secret]\n\n"+
 			"Issues a development certificate authority (DIR/ca.pem, DIR/ca.key; created once,\n"+
 			"reused after) and a certificate for one node (DIR/NAME.pem, DIR/NAME.key), ECDSA\n"+
 			"P-256, usable as a TLS server and client certificate: what every node, a remote\n"+
@@ -39,8 +38,8 @@ func certsCmd(args []string, stdout, stderr io.Writer) error {
 			"never overwritten. For development: a production CA's key stays offline.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	var hostList []string
 	for _, h := range strings.Split(*hosts, ",") {

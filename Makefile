@@ -29,7 +29,7 @@ inspect:
 test: vet check-deps
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run '^TestCluster(AwaitFrameAndRemoteHook|HookToAKind)$$' ./internal/clustertest
-	$(GO) test -count=1 -run '^(TestClusterListFramesFansOutAndMerges|TestClusterOutboxDeliversAcrossMembers)$$' ./actors
+	$(GO) test -count=1 -run '^(TestClusterListFramesFansOutAndMerges|TestClusterOutboxDeliversAcrossMembers|TestSharedClusterFollowsTheLiveMembers)$$' ./actors
 
 vet:
 	$(GO) vet ./...

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register(command{name: "inspect", summary: "--data DIR [--scope S]   print each scope's frame tree", run: inspect})
+	register(command{name: "inspect", summary: "--data DIR | --store URL|env:NAME [--scope S]   print each scope's frame tree", run: inspect})
 }
 
 func inspect(args []string, stdout, stderr io.Writer) error {
@@ -21,24 +21,42 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "./data", "data directory")
 	scope := fs.String("scope", "", "only this scope")
+	storeFlag := fs.String("store", "", storeFlagUsage)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: stateindex inspect --data DIR [--scope S]\n\n"+
-			"Prints the journal's state, then each scope's frame tree.\n\n"+recoveryNote+"\n")
+		fmt.Fprint(stderr, "Usage: stateindex inspect --data DIR [--scope S]\n"+
+			"       stateindex inspect --store URL|env:NAME [--scope S]\n\n"+
+			"Prints the journal's state (of a data directory), then each scope's frame tree.\n\n"+recoveryNote+"\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	store, err := openStore(*dir, false, time.Second, true)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	fmt.Fprintln(stdout, journalLine(storeJournal(store)))
-	for _, w := range store.Warnings() {
-		fmt.Fprintln(stdout, "warning:", w)
-	}
 	ctx := context.Background()
+	var store eventstore.Store
+	where := *dir
+	if *storeFlag != "" {
+		url, err := resolveStoreFlag(*storeFlag)
+		if err != nil {
+			return err
+		}
+		st, db, err := openSharedStore(ctx, url, nil)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		store, where = st, "postgres "+db
+	} else {
+		bolt, err := openStore(*dir, false, time.Second, true)
+		if err != nil {
+			return err
+		}
+		defer bolt.Close()
+		fmt.Fprintln(stdout, journalLine(storeJournal(bolt)))
+		for _, w := range bolt.Warnings() {
+			fmt.Fprintln(stdout, "warning:", w)
+		}
+		store = bolt
+	}
 	var scopes []eventstore.StreamInfo
 	if *scope != "" {
 		info, err := store.Stream(ctx, *scope)
@@ -46,7 +64,7 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if info.Version == 0 {
-			return fmt.Errorf("no scope %q in %s", *scope, *dir)
+			return fmt.Errorf("no scope %q in %s", *scope, where)
 		}
 		scopes = append(scopes, info)
 	} else if err := store.Streams(ctx, func(i eventstore.StreamInfo) error { scopes = append(scopes, i); return nil }); err != nil {

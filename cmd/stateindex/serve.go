@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -100,27 +102,47 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	store, err := openStoreWith(dir, true, storeOpts)
+	storeURL, err := file.StoreURL()
 	if err != nil {
 		return err
 	}
+	// where says what the store is, for the log: the data file, or the
+	// database (host:port/name, no credentials).
+	var (
+		store  eventstore.Store
+		bolt   *eventstore.BoltStore
+		shared sharedStore
+		where  []any
+		jattrs []any
+	)
+	if storeURL == "" {
+		if bolt, err = openStoreWith(dir, true, storeOpts); err != nil {
+			return err
+		}
+		store = bolt
+		abs, _ := filepath.Abs(filepath.Join(dir, dbFile))
+		where = []any{"data", abs}
+		jattrs = []any{"journal", "off"}
+		if js := bolt.JournalStats(); js.Enabled {
+			jdir, _ := filepath.Abs(js.Dir)
+			jattrs = []any{"journal", jdir, "journal_max_bytes", js.MaxBytes}
+		}
+		if r := bolt.Replay(); r.Records > 0 {
+			log.Info("journal replayed into bbolt", "records", r.Records, "from_seq", r.FromSeq, "to_seq", r.ToSeq)
+		}
+	} else {
+		var db string
+		if shared, db, err = openSharedStore(ctx, storeURL, log); err != nil {
+			return err
+		}
+		store = shared
+		where = []any{"store", "postgres " + db}
+	}
 	defer store.Close()
-	jattrs := []any{"journal", "off"}
-	if js := store.JournalStats(); js.Enabled {
-		jdir, _ := filepath.Abs(js.Dir)
-		jattrs = []any{"journal", jdir, "journal_max_bytes", js.MaxBytes}
-	}
-	if r := store.Replay(); r.Records > 0 {
-		log.Info("journal replayed into bbolt", "records", r.Records, "from_seq", r.FromSeq, "to_seq", r.ToSeq)
-	}
-	key, err := loadKey(dir)
-	if err != nil {
-		return fmt.Errorf("server key: %w", err)
-	}
-	if clusterName == "" {
+	if clusterName == "" && bolt != nil {
 		// A cluster member's file serves only the scopes homed there; a
 		// standalone server would accept others and fork them.
-		id, ok, err := store.Identity(ctx)
+		id, ok, err := bolt.Identity(ctx)
 		if err != nil {
 			return err
 		}
@@ -129,10 +151,16 @@ func serve(args []string, stdout, stderr io.Writer) error {
 				filepath.Join(dir, dbFile), id, id.Cluster, id.Member, strings.Join(id.Members, ","))
 		}
 	}
-
-	signing, err := loadSigningKey(dir)
+	var kk eventstore.KeyKeeper
+	if shared != nil {
+		kk = shared
+	}
+	key, signing, keysFrom, err := serverKeys(ctx, file, dir, kk)
 	if err != nil {
-		return fmt.Errorf("checkpoint signing key: %w", err)
+		return err
+	}
+	if shared != nil {
+		where = append(where, "keys", keysFrom, "checkpoint_public_key", hex.EncodeToString(signing.Public().(ed25519.PublicKey)))
 	}
 
 	cfg.TokenKey = key
@@ -144,23 +172,27 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	libLog := slog.New(demote{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: libLevel})}).With("lib", "protoactor")
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return libLog }))
-	abs, _ := filepath.Abs(filepath.Join(dir, dbFile))
-	admin, err := startAdmin(dir, store, log)
-	if err != nil {
-		return err
+	stopAdmin := func() {}
+	if bolt != nil { // backup copies the data file: PostgreSQL has its own tools (pg_dump, base backups)
+		admin, err := startAdmin(dir, bolt, log)
+		if err != nil {
+			return err
+		}
+		defer admin.stop()
+		stopAdmin = admin.stop
+		sock, _ := filepath.Abs(admin.path)
+		jattrs = append(jattrs, "admin", sock)
 	}
-	defer admin.stop()
-	sock, _ := filepath.Abs(admin.path)
-	jattrs = append(jattrs, "admin", sock)
+	jattrs = append(where, jattrs...)
 
 	var shutdown func()
 	switch {
 	case clusterName != "":
-		if len(cfg.LedgerKey) == 0 {
+		if len(cfg.LedgerKey) == 0 && shared == nil && file.Keys.ServerKeyFile == "" {
 			log.Warn("stateindex ledger: no ledger.key_file: this member signs reservation tokens with its own server key, so a reservation for a scope homed on another member is refused (reservation_invalid); give every member the same ledger.key_file")
 		}
 		cc := actors.ClusterConfig{Name: clusterName, Members: members, Shards: cfg.Shards, HealthInterval: file.Cluster.HealthInterval,
-			MaxMessageBytes: file.Remoting.MaxMessageBytes, Logger: log}
+			MaxMessageBytes: file.Remoting.MaxMessageBytes, Logger: log, SharedStore: shared != nil}
 		node, err := actors.StartMember(sys, store, cfg, cc, listen)
 		if err != nil {
 			return err
@@ -174,8 +206,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		healthAddr, _ := actors.HealthAddress(listen)
-		log.Info("stateindex serving", append([]any{"data", abs, "cluster", clusterName, "member", listen, "kind", actors.KindOf(listen),
-			"members", strings.Join(members, ","), "health", healthAddr, "shards", cfg.Shards}, jattrs...)...)
+		placement := []any{"kind", actors.KindOf(listen)}
+		if shared != nil {
+			placement = []any{"kind", actors.SharedKind, "placement", "live members (shared store)"}
+		}
+		log.Info("stateindex serving", append(append([]any{"cluster", clusterName, "member", listen}, placement...),
+			append([]any{"members", strings.Join(members, ","), "health", healthAddr, "shards", cfg.Shards}, jattrs...)...)...)
 		shutdown = node.Stop
 	case listen != "":
 		host, port, err := splitHostPort(listen)
@@ -207,7 +243,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			r.Shutdown(false)
 			return err
 		}
-		log.Info("stateindex serving", append([]any{"data", abs, "listen", sys.Address(), "pid", gw.Address + "/" + gw.Id, "shards", cfg.Shards}, jattrs...)...)
+		log.Info("stateindex serving", append([]any{"listen", sys.Address(), "pid", gw.Address + "/" + gw.Id, "shards", cfg.Shards}, jattrs...)...)
 		shutdown = func() { stopRemote(sys, r, gw, srv) }
 	default:
 		srv, err := actors.Start(sys, store, cfg)
@@ -222,14 +258,14 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			srv.Stop()
 			return err
 		}
-		log.Info("stateindex serving", append([]any{"data", abs, "pid", srv.PID().Address + "/" + srv.PID().Id, "shards", cfg.Shards,
+		log.Info("stateindex serving", append([]any{"pid", srv.PID().Address + "/" + srv.PID().Id, "shards", cfg.Shards,
 			"note", "in-process only: --listen serves remote actors; stop with Ctrl-C"}, jattrs...)...)
 		shutdown = func() { srv.Stop(); sys.Shutdown() }
 	}
 
 	<-ctx.Done()
 	log.Info("stateindex stopping: finishing queued requests")
-	admin.stop()
+	stopAdmin()
 	shutdown()
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("closing store: %w", err)

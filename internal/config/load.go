@@ -345,6 +345,14 @@ func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string
 			if key == "ledger.key_file" && f.Ledger.KeyFile != "" && !filepath.IsAbs(f.Ledger.KeyFile) {
 				f.Ledger.KeyFile = filepath.Join(filepath.Dir(o.File), f.Ledger.KeyFile) // as data_dir
 			}
+			for _, k := range []struct {
+				key string
+				p   *string
+			}{{"keys.server_key_file", &f.Keys.ServerKeyFile}, {"keys.checkpoint_key_file", &f.Keys.CheckpointKeyFile}} {
+				if key == k.key && *k.p != "" && !filepath.IsAbs(*k.p) {
+					*k.p = filepath.Join(filepath.Dir(o.File), *k.p) // as data_dir
+				}
+			}
 		case isSection(key):
 			if v.Kind != yaml.MappingNode {
 				return errAt(o, key, "must be a mapping, got %s", describe(v))

@@ -299,10 +299,10 @@ func (s *PostgresStore) prepare(ctx context.Context) (string, error) {
 	}
 	defer conn.Release()
 	var (
-		schema                          *string
-		recovery                        bool
+		schema                           *string
+		recovery                         bool
 		readOnly, syncCommit, fsync, enc string
-		version                         int
+		version                          int
 	)
 	err = conn.QueryRow(ctx, `SELECT current_schema(), pg_is_in_recovery(), current_setting('transaction_read_only'),
 		current_setting('synchronous_commit'), current_setting('fsync'), current_setting('server_encoding'),

@@ -386,6 +386,15 @@ func (s *PostgresStore) dbErr(ctx context.Context, what string, err error) error
 	return fmt.Errorf("eventstore: postgres %s: %s: %w", s.where, what, err)
 }
 
+// writeCtx is the context of a write once the caller's context was
+// checked: a write's statements are not cut off by the caller's
+// cancellation (that would leave its outcome unknown and report
+// "canceled" for a write that may have committed), only bounded by
+// CommitTimeout.
+func (s *PostgresStore) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.CommitTimeout)
+}
+
 // Where returns the database the store uses (host:port/database).
 func (s *PostgresStore) Where() string { return s.where }
 

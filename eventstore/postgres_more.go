@@ -145,6 +145,9 @@ func (s *PostgresStore) TableWrite(ctx context.Context, table string, ops []Tabl
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	// Writes to one table take its lock first: two writes touching the
+	// same keys in different orders would otherwise deadlock.
+	b.Queue(`SELECT pg_advisory_xact_lock(1935764851, hashtext($1))`, table)
 	if len(dels) > 0 {
 		b.Queue(`DELETE FROM si_tables WHERE tbl = $1 AND key = ANY($2::bytea[])`, table, dels)
 	}
@@ -153,18 +156,21 @@ func (s *PostgresStore) TableWrite(ctx context.Context, table string, ops []Tabl
 ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value`, table, keys, vals)
 	}
 	b.Queue("COMMIT")
-	conn, err := s.pool.Acquire(ctx)
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	conn, err := s.pool.Acquire(wctx)
 	if err != nil {
-		return s.dbErr(ctx, "table write", err)
+		return &pgCommitError{cause: s.dbErr(wctx, "table write to "+table, err)}
 	}
 	defer conn.Release()
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		s.rollback(conn)
+	if err := conn.SendBatch(wctx, b).Close(); err != nil {
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) && !conn.Conn().IsClosed() {
-			_ = conn.Conn().Close(context.Background())
+		if errors.As(err, &pe) { // refused: rolled back
+			s.rollback(conn)
+			return &pgCommitError{cause: s.dbErr(wctx, "table write to "+table, err)}
 		}
-		return s.dbErr(ctx, "table write to "+table, err)
+		_ = conn.Conn().Close(context.Background())
+		return &pgCommitError{unknown: true, cause: s.dbErr(wctx, "table write to "+table, err)}
 	}
 	return nil
 }
@@ -355,9 +361,11 @@ func (s *PostgresStore) RemovePrefix(ctx context.Context, stream string, through
 		return RemoveResult{}, err
 	}
 	var res RemoveResult
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	err := pgx.BeginTxFunc(wctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		var err error
-		res, err = pgRemoveIn(ctx, tx, stream, through, o)
+		res, err = pgRemoveIn(wctx, tx, stream, through, o)
 		return err
 	})
 	if err != nil {
@@ -395,9 +403,10 @@ func (s *PostgresStore) RemovePrefixes(ctx context.Context, cuts map[string]int6
 		streams = streams[len(part):]
 		done := map[string]RemoveResult{}
 		refused := map[string]error{}
-		err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		wctx, cancel := s.writeCtx(ctx)
+		err := pgx.BeginTxFunc(wctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 			for _, stream := range part {
-				res, err := pgRemoveIn(ctx, tx, stream, cuts[stream], removeOptions{})
+				res, err := pgRemoveIn(wctx, tx, stream, cuts[stream], removeOptions{})
 				if errors.Is(err, ErrSnapshotBehind) || errors.Is(err, ErrInvalidSnapshotVersion) {
 					refused[stream] = err // refused before it wrote anything
 					continue
@@ -409,6 +418,7 @@ func (s *PostgresStore) RemovePrefixes(ctx context.Context, cuts map[string]int6
 			}
 			return nil
 		})
+		cancel()
 		if err != nil {
 			if refusal(err) {
 				return out, errs, err
@@ -593,6 +603,8 @@ func (s *PostgresStore) SignCheckpoint(ctx context.Context, stream string, versi
 		return Checkpoint{}, err
 	}
 	cp := Checkpoint{Stream: stream, Version: version, Reason: reason}
+	ctx, cancel := s.writeCtx(ctx)
+	defer cancel()
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		var (
 			head     int64
@@ -729,6 +741,8 @@ func (s *PostgresStore) AcquireOwner(ctx context.Context, stream, owner string) 
 		return Fence{}, err
 	}
 	var epoch int64
+	ctx, cancel := s.writeCtx(ctx)
+	defer cancel()
 	err := s.pool.QueryRow(ctx, `INSERT INTO si_owners (stream, owner, epoch) VALUES ($1, $2, 1)
 ON CONFLICT (stream) DO UPDATE SET owner = excluded.owner, epoch = si_owners.epoch + 1 RETURNING epoch`, stream, owner).Scan(&epoch)
 	if err != nil {
@@ -794,7 +808,9 @@ func (s *PostgresStore) SharedKey(ctx context.Context, name string, generate fun
 	if len(k) == 0 {
 		return nil, fmt.Errorf("%w: generate returned an empty key for %s", ErrInvalidKeyName, name)
 	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO si_keys (name, key) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, k); err != nil {
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	if _, err := s.pool.Exec(wctx, `INSERT INTO si_keys (name, key) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, k); err != nil {
 		return nil, s.dbErr(ctx, "store shared key "+name, err)
 	}
 	k, ok, err := read()

@@ -387,6 +387,8 @@ func (s *PostgresStore) SaveSnapshot(ctx context.Context, stream string, snap Sn
 	}
 	raw := encodeSnapshot(nil, stream, &snap)
 	var head int64
+	ctx, cancel := s.writeCtx(ctx)
+	defer cancel()
 	err := s.pool.QueryRow(ctx, `WITH s AS (
 	SELECT version, base_version FROM si_streams WHERE stream = $1 AND version > 0 FOR SHARE
 ), w AS (

@@ -72,6 +72,9 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := store.(eventstore.Fencer); cfg.Owner != "" && !ok {
+		return nil, errNotFencer(cfg.Owner, store)
+	}
 	s := &Server{sys: sys, cfg: cfg, store: store}
 	s.outbox = newOutbox(s)
 	s.expiry = newStateExpirer(s)

@@ -88,6 +88,9 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config, o startOp
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := store.(eventstore.Fencer); cfg.Owner != "" && !ok {
+		return nil, errNotFencer(cfg.Owner, store)
+	}
 	s := &Server{sys: sys, cfg: cfg, store: store, place: &placement{}, shared: o.shared}
 	if o.shared {
 		s.place.set(ownsNone, nil)

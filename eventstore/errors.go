@@ -75,12 +75,7 @@ var (
 	// ErrReadOnly is returned by OpenPostgres for a database that cannot
 	// take writes: a standby in recovery, or read-only sessions.
 	ErrReadOnly = errors.New("eventstore: database is read-only")
-	// ErrInvalidOwner is returned by AcquireOwner for an owner name that is
-	// empty, longer than 256 bytes, not UTF-8 or contains a NUL byte.
-	ErrInvalidOwner = errors.New("eventstore: invalid owner name")
-	// ErrInvalidKeyName is returned by SharedKey for a name that is not
-	// 1..64 bytes of [a-z0-9._-].
-	ErrInvalidKeyName = errors.New("eventstore: invalid shared key name")
+	// ErrInvalidOwner and ErrInvalidKeyName: see fence.go.
 )
 
 // ConflictError says a stream was not at the version an Append or a guarded

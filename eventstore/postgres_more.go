@@ -772,13 +772,6 @@ func (s *PostgresStore) Owner(ctx context.Context, stream string) (Fence, error)
 	return f, nil
 }
 
-func checkKeyName(name string) error {
-	if err := checkTable(name); err != nil {
-		return fmt.Errorf("%w: %q must be 1..64 bytes of a-z, 0-9, '.', '_' and '-'", ErrInvalidKeyName, name)
-	}
-	return nil
-}
-
 // SharedKey implements KeyKeeper: the stored key, or generate()'s bytes
 // stored first (INSERT … ON CONFLICT DO NOTHING, then a read: of two
 // servers racing, the second waits for the first's commit and reads its

@@ -117,13 +117,22 @@ func printFrame(w io.Writer, st *frames.State, f *frames.Frame, indent string, l
 		}
 		extra += ")"
 	}
-	if n := len(f.InDoubt()); n > 0 {
-		extra += fmt.Sprintf("  %d tool call(s) in doubt", n)
+	if doubt := f.InDoubt(); len(doubt) > 0 {
+		extra += fmt.Sprintf("  %d tool call(s) in doubt", len(doubt))
+		var fenced []string
+		for _, c := range doubt {
+			if c.Epoch != 0 {
+				fenced = append(fenced, clip(c.Name, 24)+" "+short(c.ID)+startedBy(c))
+			}
+		}
+		if len(fenced) > 0 {
+			extra += ": " + strings.Join(fenced, ", ")
+		}
 	}
 	if ab := f.Abandoned(); len(ab) > 0 {
 		names := make([]string, len(ab))
 		for i, c := range ab {
-			names[i] = clip(c.Name, 24) + " " + short(c.ID)
+			names[i] = clip(c.Name, 24) + " " + short(c.ID) + startedBy(c)
 		}
 		extra += fmt.Sprintf("  %d tool call(s) abandoned: %s", len(ab), strings.Join(names, ", "))
 	}
@@ -132,6 +141,15 @@ func printFrame(w io.Writer, st *frames.State, f *frames.Frame, indent string, l
 	for i, id := range f.Children {
 		printFrame(w, st, st.Frames[id], indent+next, i == len(f.Children)-1, top)
 	}
+}
+
+// startedBy names the owner that recorded a tool call's intent, when
+// servers share the store (DESIGN §13): " by OWNER epoch N".
+func startedBy(c frames.ToolCall) string {
+	if c.Epoch == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" by %s epoch %d", clip(c.Owner, 40), c.Epoch)
 }
 
 func short(id string) string {

@@ -273,6 +273,11 @@ func startSharedMember(sys *actor.ActorSystem, store eventstore.Store, cfg Confi
 			"and members writing one scope through it could not tell who owns it", store)
 	}
 	cfg.Shards = cc.Shards
+	if cfg.Owner == "" {
+		// Fencing on: every scope this member activates takes the next
+		// owner epoch, and a member that restarts is a new owner.
+		cfg.Owner = OwnerName(self)
+	}
 	srv, err := start(sys, store, cfg, startOptions{shared: true, registryTable: memberTable(registryTable, self)})
 	if err != nil {
 		return nil, err
@@ -284,12 +289,16 @@ func startSharedMember(sys *actor.ActorSystem, store eventstore.Store, cfg Confi
 	kind := cluster.NewKind(SharedKind, actor.PropsFromProducer(func() actor.Actor {
 		return &gateway{srv: srv, limit: cc.MaxMessageBytes}
 	}))
-	if err := n.join(self, true, kind); err != nil {
+	// The gateway first: the others see this member as soon as its health
+	// endpoint answers, a second before Proto.Actor's StartMember returns,
+	// and send it their requests at once.
+	if n.gateway, err = srv.expose(cc.MaxMessageBytes, nil); err != nil {
 		srv.Stop()
 		return nil, err
 	}
-	if n.gateway, err = srv.expose(cc.MaxMessageBytes, nil); err != nil {
-		n.Stop()
+	if err := n.join(self, true, kind); err != nil {
+		_ = sys.Root.PoisonFuture(n.gateway).Wait()
+		srv.Stop()
 		return nil, err
 	}
 	if !srv.cfg.OutboxOff {

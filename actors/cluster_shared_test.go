@@ -1,14 +1,11 @@
 package actors_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,34 +20,6 @@ import (
 	"github.com/stateindex/stateindex/messages"
 )
 
-// fencingMemory is a MemoryStore with owner epochs kept beside it: enough
-// for the shared-store mode's placement tests, which need a store that
-// several members share and that says it fences (appends are not checked
-// against the fence here; expected versions keep the history linear).
-type fencingMemory struct {
-	*eventstore.MemoryStore
-	mu     sync.Mutex
-	owners map[string]eventstore.Fence
-}
-
-func newSharedStore() *fencingMemory {
-	return &fencingMemory{MemoryStore: eventstore.NewMemory(), owners: map[string]eventstore.Fence{}}
-}
-
-func (f *fencingMemory) AcquireOwner(_ context.Context, stream, owner string) (eventstore.Fence, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	fe := eventstore.Fence{Owner: owner, Epoch: f.owners[stream].Epoch + 1}
-	f.owners[stream] = fe
-	return fe, nil
-}
-
-func (f *fencingMemory) Owner(_ context.Context, stream string) (eventstore.Fence, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.owners[stream], nil
-}
-
 // sharedCluster starts shared-store members on one store.
 type sharedCluster struct {
 	t     *testing.T
@@ -61,7 +30,7 @@ type sharedCluster struct {
 }
 
 func newSharedCluster(t *testing.T) *sharedCluster {
-	return &sharedCluster{t: t, store: newSharedStore(), cfg: testConfig(newFakeClock()),
+	return &sharedCluster{t: t, store: eventstore.NewMemory(), cfg: testConfig(newFakeClock()),
 		quiet: slog.New(slog.NewTextHandler(io.Discard, nil)), nodes: map[string]*actors.ClusterNode{}}
 }
 
@@ -174,12 +143,6 @@ func TestSharedClusterFollowsTheLiveMembers(t *testing.T) {
 			req := &messages.AddContextHandle{Header: messages.Header{Scope: s, RequestID: s + "-" + round},
 				FrameID: frames[s], Priority: compaction.Medium, Content: round}
 			_, err := c.AddContextHandle(ctx, req)
-			if errors.Is(err, actors.ErrVersionConflict) {
-				// A member's stale cache (another member wrote the scope since
-				// it last did): the write is refused, the state dropped, and
-				// the resend applies on the current history.
-				_, err = c.AddContextHandle(ctx, req)
-			}
 			require.NoError(t, err, "%s in round %s", s, round)
 		}
 	}

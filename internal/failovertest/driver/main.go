@@ -76,7 +76,7 @@ func run() error {
 	expect := flag.Int("expect", 3, "members to see up before starting")
 	nScopes := flag.Int("scopes", 120, "scopes to drive")
 	prefix := flag.String("prefix", "agent", "scope name prefix")
-	workers := flag.Int("workers", 12, "concurrent callers")
+	workers := flag.Int("workers", 0, "concurrent callers, each driving its share of the scopes round robin (0: one per scope, so that a scope's wait holds up no other)")
 	timeout := flag.Duration("timeout", 5*time.Second, "each request's deadline")
 	health := flag.Duration("health-interval", 300*time.Millisecond, "health poll interval")
 	flag.Parse()
@@ -129,6 +129,9 @@ func run() error {
 		stopping.Store(true)
 	}()
 
+	if *workers <= 0 || *workers > len(scopes) {
+		*workers = len(scopes)
+	}
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	for w := 0; w < *workers; w++ {

@@ -39,8 +39,9 @@
 //	               its JSON and msgpack helpers
 //	remote.go      remoting: the gateway remote callers address, the client transport
 //	               (the wire codec is package actors/wire)
-//	cluster.go     clustering: placement of scopes on their home member, members and
-//	               client nodes
+//	cluster.go     clustering: placement of scopes on their home member (node-local
+//	               stores) or on the live members (a shared store), members and client
+//	               nodes; placement.go a server's share of the scopes on a shared store
 //	config.go      Config and its defaults; errors.go the sentinels and the mapping of
 //	               domain errors to wire codes; token.go signed suspension tokens;
 //	               checkpoint.go signed checkpoints

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -185,6 +187,21 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	jattrs = append(where, jattrs...)
 
+	if shared != nil {
+		if clusterName != "" && len(file.Hooks) > 0 {
+			return errors.New("hooks: not served by the members of a shared-store cluster yet (each member would deliver every notification of the shared log); remove the hooks section, or run them on a standalone server")
+		}
+		if clusterName == "" {
+			// Fencing on for a standalone server too: should a second server
+			// ever be started on the same database, the two take scopes from
+			// each other instead of failing on each other's versions.
+			name := listen
+			if name == "" {
+				name, _ = os.Hostname()
+			}
+			cfg.Owner = actors.OwnerName("standalone " + name)
+		}
+	}
 	var shutdown func()
 	switch {
 	case clusterName != "":

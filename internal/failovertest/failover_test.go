@@ -25,7 +25,7 @@ import (
 func TestFailoverKillAndRollingReplace(t *testing.T) {
 	base := skipUnlessReady(t)
 	start := time.Now()
-	c, schema := newCluster(t, base)
+	c, schema := newCluster(t, base, true)
 	t.Logf("phase: built after %s", time.Since(start).Round(time.Millisecond))
 	ports := proctest.FreePorts(t, 4, true)
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }

@@ -78,9 +78,10 @@ func pgExec(t *testing.T, u, sql string) {
 
 // freshSchema creates a schema of the test's own (dropped at the end
 // unless the test failed, so that its data can be looked at), creates the
-// store's tables in it, and installs the audit triggers (auditSQL). It
+// store's tables in it, and installs the audit triggers (auditSQL) if
+// audit is set. It
 // returns the schema's name and a URL whose search_path selects it.
-func freshSchema(t *testing.T, base string) (string, string) {
+func freshSchema(t *testing.T, base string, audit bool) (string, string) {
 	t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -97,7 +98,9 @@ func freshSchema(t *testing.T, base string) (string, string) {
 	st, err := eventstore.OpenPostgres(context.Background(), u, nil)
 	require.NoError(t, err, "creating the store's schema")
 	require.NoError(t, st.Close())
-	pgExec(t, u, strings.ReplaceAll(auditSQL, "SCHEMA", name))
+	if audit {
+		pgExec(t, u, strings.ReplaceAll(auditSQL, "SCHEMA", name))
+	}
 	return name, u
 }
 
@@ -140,10 +143,10 @@ type cluster struct {
 	data   string // a data directory (holds nothing with a shared store)
 }
 
-func newCluster(t *testing.T, base string) (*cluster, string) {
+func newCluster(t *testing.T, base string, audit bool) (*cluster, string) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	schema, u := freshSchema(t, base)
+	schema, u := freshSchema(t, base, audit)
 	c := &cluster{t: t, server: proctest.Build(t, root, "./cmd/stateindex"), driver: proctest.Build(t, root, "./internal/failovertest/driver"),
 		url: u, data: t.TempDir()}
 	return c, schema

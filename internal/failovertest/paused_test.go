@@ -35,7 +35,7 @@ import (
 // are refused too, and the first refusal drops the scope from its cache.)
 func TestFailoverPausedMemberIsFenced(t *testing.T) {
 	base := skipUnlessReady(t)
-	c, schema := newCluster(t, base)
+	c, schema := newCluster(t, base, true)
 	ports := proctest.FreePorts(t, 3, true)
 	var list []string
 	for _, p := range ports {

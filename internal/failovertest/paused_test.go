@@ -162,7 +162,7 @@ func (s *rawSender) send(member string, req messages.Request) messages.Reply {
 	s.t.Helper()
 	msg, err := wire.Encode(req, 0)
 	require.NoError(s.t, err)
-	res, err := s.sys.Root.RequestFuture(actors.RemotePID(member), msg, 10*time.Second).Result()
+	res, err := s.sys.Root.RequestFuture(actors.RemotePID(member), msg, 30*time.Second).Result()
 	require.NoError(s.t, err)
 	m, ok := res.(*wire.Message)
 	require.True(s.t, ok, "%T", res)

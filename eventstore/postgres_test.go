@@ -848,6 +848,7 @@ func TestPostgresConnectionCuts(t *testing.T) {
 	outs := make([]outcome, writers)
 	stop := make(chan struct{})
 	var progress atomic.Int64 // appends answered
+	var readBack atomic.Int64 // not written, found out by reading back
 	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Go(func() {
@@ -866,12 +867,14 @@ func TestPostgresConnectionCuts(t *testing.T) {
 					outs[w].ok = append(outs[w].ok, id)
 				case errors.Is(err, eventstore.ErrTransient):
 					outs[w].notWritten = append(outs[w].notWritten, id)
+					if strings.Contains(err.Error(), "read back") {
+						readBack.Add(1)
+					}
 				case errors.Is(err, eventstore.ErrCommitFailed):
 					outs[w].unknown = append(outs[w].unknown, id)
 				default:
-					// A failure outside a commit (a connection refused
-					// mid-cut, say) wrote nothing either.
-					outs[w].notWritten = append(outs[w].notWritten, id)
+					t.Errorf("append %s failed with neither ErrTransient nor ErrCommitFailed: %v", id, err)
+					return
 				}
 			}
 		})
@@ -905,9 +908,29 @@ func TestPostgresConnectionCuts(t *testing.T) {
 		notWritten += len(outs[w].notWritten)
 		unknown += len(outs[w].unknown)
 	}
-	t.Logf("appends: %d acknowledged, %d not written, %d unknown", ok, notWritten, unknown)
+	t.Logf("appends: %d acknowledged, %d not written (%d of them found out by reading back), %d unknown", ok, notWritten, readBack.Load(), unknown)
 	require.Positive(t, ok)
 	_, err = s.Append(t.Context(), "after", eventstore.NoStream, []eventstore.Event{{Type: "x"}})
 	require.NoError(t, err, "the store writes on after the cuts")
 	require.NoError(t, direct.Verify(t.Context(), nil))
+
+	// The listener came back: another store's commit is reported.
+	seen := make(chan uint64, 64)
+	stopWatch := s.WatchCommits(func(last uint64) {
+		select {
+		case seen <- last:
+		default:
+		}
+	})
+	defer stopWatch()
+	res, err := direct.Append(t.Context(), "other-member", eventstore.NoStream, []eventstore.Event{{Type: "x"}})
+	require.NoError(t, err)
+	deadline := time.After(15 * time.Second)
+	for got := uint64(0); got < res.LastSeq; {
+		select {
+		case got = <-seen:
+		case <-deadline:
+			t.Fatalf("the commit of another store (sequence %d) was never reported after the cuts", res.LastSeq)
+		}
+	}
 }

@@ -55,7 +55,7 @@ import (
 // PostgresOptions.MaxBatch appends or MaxCommitBytes) into one
 // transaction of two pipelined round trips: the first locks the batch's
 // stream rows in name order (creating missing ones), reads their heads,
-// the owners of fenced streams (FOR SHARE) and locks the counter; the
+// locks and reads the owners of fenced streams and locks the counter; the
 // second inserts the records, moves the heads, the index and the counter,
 // sends NOTIFY and commits. Version conflicts and fence mismatches are
 // decided from the locked rows before any write, so one append's conflict

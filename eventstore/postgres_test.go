@@ -934,3 +934,67 @@ func TestPostgresConnectionCuts(t *testing.T) {
 		}
 	}
 }
+
+// AcquireOwner waits for a commit in flight that checked the fence it
+// deposes: that append committed before the new owner took the stream,
+// never after. Shown for a fence of epoch 1 and for the zero fence of a
+// stream never owned (no owner row to lock until the commit makes one).
+func TestPostgresAcquireWaitsForFencedCommit(t *testing.T) {
+	for _, never := range []bool{false, true} {
+		t.Run(fmt.Sprintf("never_owned=%v", never), func(t *testing.T) {
+			_, u := pgSchema(t)
+			s := openPG(t, u, nil)
+			ctx := t.Context()
+			var held eventstore.Fence
+			if !never {
+				var err error
+				held, err = s.AcquireOwner(ctx, "scope", "a")
+				require.NoError(t, err)
+			}
+			release := make(chan struct{})
+			var released sync.Once
+			t.Cleanup(func() { released.Do(func() { close(release) }) }) // before Close, even on failure
+			holding := make(chan struct{})
+			var once sync.Once
+			eventstore.SetPostgresHook(s, func(stage string) error {
+				if stage == "before-commit" {
+					once.Do(func() { close(holding); <-release })
+				}
+				return nil
+			})
+			appended := make(chan error, 1)
+			go func() {
+				_, err := s.Append(eventstore.WithFence(ctx, held), "scope", eventstore.Any, []eventstore.Event{{Type: "x"}})
+				appended <- err
+			}()
+			<-holding
+			acquired := make(chan eventstore.Fence, 1)
+			go func() {
+				f, err := s.AcquireOwner(context.Background(), "scope", "b")
+				assert.NoError(t, err)
+				acquired <- f
+			}()
+			// The acquisition waits on the owner row the commit holds.
+			conn, err := pgx.Connect(ctx, pgBaseURL(t))
+			require.NoError(t, err)
+			defer func() { _ = conn.Close(ctx) }()
+			require.Eventually(t, func() bool {
+				var n int
+				err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO si_owners%' AND query LIKE '%RETURNING epoch%'`).Scan(&n)
+				return err == nil && n > 0
+			}, 10*time.Second, 5*time.Millisecond, "AcquireOwner does not wait for the fenced commit")
+			select {
+			case <-acquired:
+				t.Fatal("AcquireOwner returned while the commit it deposes was in flight")
+			default:
+			}
+			released.Do(func() { close(release) })
+			require.NoError(t, <-appended, "the append checked its fence before the new owner came")
+			f := <-acquired
+			assert.Equal(t, held.Epoch+1, f.Epoch)
+			_, err = s.Append(eventstore.WithFence(ctx, held), "scope", eventstore.Any, []eventstore.Event{{Type: "x"}})
+			require.ErrorIs(t, err, eventstore.ErrFenced, "after it, the old fence is refused")
+		})
+	}
+}

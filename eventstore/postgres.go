@@ -55,7 +55,7 @@ import (
 // PostgresOptions.MaxBatch appends or MaxCommitBytes) into one
 // transaction of two pipelined round trips: the first locks the batch's
 // stream rows in name order (creating missing ones), reads their heads,
-// the owners of fenced streams (FOR SHARE) and locks the counter; the
+// locks and reads the owners of fenced streams and locks the counter; the
 // second inserts the records, moves the heads, the index and the counter,
 // sends NOTIFY and commits. Version conflicts and fence mismatches are
 // decided from the locked rows before any write, so one append's conflict
@@ -97,6 +97,12 @@ import (
 //     PollInterval without a notification, reads the last sequence, so a
 //     lost notification is late by at most PollInterval (default 1s).
 //   - Read callbacks run outside any transaction, as with BoltStore.
+//   - Connect directly or through a pooler in session mode: LISTEN, the
+//     session settings and the transactions spanning two round trips do
+//     not survive transaction-mode pooling.
+//   - A migration at open holds its locks until it commits: writers of
+//     every server wait for it (building the index of a large version 1
+//     database takes as long as reading its records once).
 
 // PostgresOptions configure OpenPostgres. A nil *PostgresOptions means all
 // defaults; a zero field takes its default.

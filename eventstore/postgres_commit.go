@@ -209,7 +209,14 @@ ON CONFLICT (stream) DO UPDATE SET version = si_streams.version WHERE false`
 	sqlReadStreams = `SELECT s.stream, s.version, s.head, s.base_version,
 	(SELECT max(e.version) FROM si_events e WHERE e.stream = s.stream)
 FROM si_streams s WHERE s.stream = ANY($1::text[])`
-	sqlReadOwners  = `SELECT stream, owner, epoch FROM si_owners WHERE stream = ANY($1::text[]) ORDER BY stream COLLATE "C" FOR SHARE`
+	// The owner rows of fenced streams are locked like the stream rows
+	// (a missing one is created with the zero fence, never owned), so
+	// that AcquireOwner waits for this commit, even of a stream never
+	// owned.
+	sqlLockOwners = `INSERT INTO si_owners (stream, owner, epoch)
+SELECT s, '', 0 FROM unnest($1::text[]) AS s ORDER BY s COLLATE "C"
+ON CONFLICT (stream) DO UPDATE SET epoch = si_owners.epoch WHERE false`
+	sqlReadOwners  = `SELECT stream, owner, epoch FROM si_owners WHERE stream = ANY($1::text[])`
 	sqlLockCounter = `SELECT last_seq FROM si_meta WHERE id = 1 FOR UPDATE`
 	sqlInsertEvent = `INSERT INTO si_events (seq, stream, version, record)
 SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bytea[])`
@@ -434,6 +441,7 @@ func (s *PostgresStore) lockBatch(ctx context.Context, conn *pgxpool.Conn, names
 	})
 	owners := make(map[string]Fence, len(fenced))
 	if len(fenced) > 0 {
+		b.Queue(sqlLockOwners, fenced)
 		b.Queue(sqlReadOwners, fenced).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var (

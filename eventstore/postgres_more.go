@@ -728,7 +728,7 @@ func checkOwner(owner string) error {
 
 // AcquireOwner implements Fencer: one durable upsert that takes the next
 // epoch. It waits for commits in flight that checked the stream's current
-// fence (they hold its owner row shared), so every append it deposes
+// fence (they hold its owner row locked), so every append it deposes
 // either committed before it returns or fails.
 func (s *PostgresStore) AcquireOwner(ctx context.Context, stream, owner string) (Fence, error) {
 	if err := checkStream(stream); err != nil {

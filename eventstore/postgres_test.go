@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -746,4 +747,254 @@ func TestPostgresSameRecordsAsMemory(t *testing.T) {
 		}
 	}
 	assert.Equal(t, pgReadAll(t, m), pgReadAll(t, s))
+}
+
+// RemovePrefixes on PostgreSQL: refused cuts are named and change
+// nothing, the others remove what RemovePrefix would.
+func TestPostgresRemovePrefixes(t *testing.T) {
+	_, u := pgSchema(t)
+	s := openPG(t, u, nil)
+	ctx := t.Context()
+	for _, st := range []string{"a", "b", "c"} {
+		for i := range 30 {
+			_, err := s.Append(ctx, st, int64(i), []eventstore.Event{pgFrameEvent(t, fmt.Sprintf("f%d", i/5), fmt.Sprintf("r%d", i/3))})
+			require.NoError(t, err)
+		}
+		if st != "c" {
+			require.NoError(t, s.SaveSnapshot(ctx, st, eventstore.Snapshot{Version: 30, Format: 1, Data: []byte("x")}))
+		}
+	}
+	res, errs, err := s.RemovePrefixes(ctx, map[string]int64{"a": 12, "b": 20, "c": 5})
+	require.NoError(t, err)
+	require.Len(t, errs, 1)
+	require.ErrorIs(t, errs["c"], eventstore.ErrSnapshotBehind)
+	assert.Equal(t, int64(12), res["a"].Removed)
+	assert.Equal(t, int64(20), res["b"].Removed)
+	assert.Equal(t, int64(20), res["b"].Base.Version)
+	for st, want := range map[string]int64{"a": 13, "b": 21, "c": 1} {
+		var first int64
+		require.NoError(t, s.ReadStream(ctx, st, 1, func(r eventstore.Record) error {
+			if first == 0 {
+				first = r.Version
+			}
+			return nil
+		}))
+		assert.Equal(t, want, first, st)
+	}
+	require.NoError(t, s.Verify(ctx, func(stream string, err error) { t.Errorf("verify: %s: %v", stream, err) }))
+	_, _, err = s.RemovePrefixes(ctx, map[string]int64{"": 1})
+	require.ErrorIs(t, err, eventstore.ErrEmptyStream)
+}
+
+// pgProxy forwards TCP connections to the server and can cut them all.
+type pgProxy struct {
+	l     net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newPGProxy(t *testing.T, target string) *pgProxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &pgProxy{l: l}
+	t.Cleanup(func() { _ = l.Close(); p.cut() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+		}
+	}()
+	return p
+}
+
+// cut closes every connection through the proxy.
+func (p *pgProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// Connections cut at random moments while writers append: every append
+// reported done is stored exactly once, every one reported not written
+// (ErrTransient) is absent, and one whose outcome is unknown
+// (ErrCommitFailed) is either; the store goes on writing on new
+// connections, and its listener reconnects.
+func TestPostgresConnectionCuts(t *testing.T) {
+	_, u := pgSchema(t)
+	pu, err := url.Parse(u)
+	require.NoError(t, err)
+	proxy := newPGProxy(t, pu.Host)
+	pu.Host = proxy.l.Addr().String()
+	s := openPG(t, pu.String(), &eventstore.PostgresOptions{PoolSize: 4, ResolveTimeout: 20 * time.Second, ConnectTimeout: 2 * time.Second})
+	direct := openPG(t, u, nil)
+
+	const writers = 4
+	type outcome struct{ ok, notWritten, unknown []string }
+	outs := make([]outcome, writers)
+	stop := make(chan struct{})
+	var progress atomic.Int64 // appends answered
+	var readBack atomic.Int64 // not written, found out by reading back
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			stream := fmt.Sprintf("w%d", w)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("%s-%d", stream, i)
+				_, err := s.Append(context.Background(), stream, eventstore.Any, []eventstore.Event{{Type: "x", Data: []byte(id)}})
+				progress.Add(1)
+				switch {
+				case err == nil:
+					outs[w].ok = append(outs[w].ok, id)
+				case errors.Is(err, eventstore.ErrTransient):
+					outs[w].notWritten = append(outs[w].notWritten, id)
+					if strings.Contains(err.Error(), "read back") {
+						readBack.Add(1)
+					}
+				case errors.Is(err, eventstore.ErrCommitFailed):
+					outs[w].unknown = append(outs[w].unknown, id)
+				default:
+					t.Errorf("append %s failed with neither ErrTransient nor ErrCommitFailed: %v", id, err)
+					return
+				}
+			}
+		})
+	}
+	for range 25 { // cut once a few appends were answered since the last cut
+		from := progress.Load()
+		require.Eventually(t, func() bool { return progress.Load() >= from+6 }, 30*time.Second, time.Millisecond,
+			"the store makes no progress after a cut")
+		proxy.cut()
+	}
+	close(stop)
+	wg.Wait()
+
+	var ok, notWritten, unknown int
+	for w := range writers {
+		stored := map[string]int{}
+		require.NoError(t, direct.ReadStream(t.Context(), fmt.Sprintf("w%d", w), 1, func(r eventstore.Record) error {
+			stored[string(r.Data)]++
+			return nil
+		}))
+		for _, id := range outs[w].ok {
+			assert.Equal(t, 1, stored[id], "acknowledged %s is stored once", id)
+		}
+		for _, id := range outs[w].notWritten {
+			assert.Zero(t, stored[id], "%s reported not written is absent", id)
+		}
+		for id, n := range stored {
+			assert.Equal(t, 1, n, "%s stored once", id)
+		}
+		ok += len(outs[w].ok)
+		notWritten += len(outs[w].notWritten)
+		unknown += len(outs[w].unknown)
+	}
+	t.Logf("appends: %d acknowledged, %d not written (%d of them found out by reading back), %d unknown", ok, notWritten, readBack.Load(), unknown)
+	require.Positive(t, ok)
+	_, err = s.Append(t.Context(), "after", eventstore.NoStream, []eventstore.Event{{Type: "x"}})
+	require.NoError(t, err, "the store writes on after the cuts")
+	require.NoError(t, direct.Verify(t.Context(), nil))
+
+	// The listener came back: another store's commit is reported.
+	seen := make(chan uint64, 64)
+	stopWatch := s.WatchCommits(func(last uint64) {
+		select {
+		case seen <- last:
+		default:
+		}
+	})
+	defer stopWatch()
+	res, err := direct.Append(t.Context(), "other-member", eventstore.NoStream, []eventstore.Event{{Type: "x"}})
+	require.NoError(t, err)
+	deadline := time.After(15 * time.Second)
+	for got := uint64(0); got < res.LastSeq; {
+		select {
+		case got = <-seen:
+		case <-deadline:
+			t.Fatalf("the commit of another store (sequence %d) was never reported after the cuts", res.LastSeq)
+		}
+	}
+}
+
+// AcquireOwner waits for a commit in flight that checked the fence it
+// deposes: that append committed before the new owner took the stream,
+// never after. Shown for a fence of epoch 1 and for the zero fence of a
+// stream never owned (no owner row to lock until the commit makes one).
+func TestPostgresAcquireWaitsForFencedCommit(t *testing.T) {
+	for _, never := range []bool{false, true} {
+		t.Run(fmt.Sprintf("never_owned=%v", never), func(t *testing.T) {
+			_, u := pgSchema(t)
+			s := openPG(t, u, nil)
+			ctx := t.Context()
+			var held eventstore.Fence
+			if !never {
+				var err error
+				held, err = s.AcquireOwner(ctx, "scope", "a")
+				require.NoError(t, err)
+			}
+			release := make(chan struct{})
+			var released sync.Once
+			t.Cleanup(func() { released.Do(func() { close(release) }) }) // before Close, even on failure
+			holding := make(chan struct{})
+			var once sync.Once
+			eventstore.SetPostgresHook(s, func(stage string) error {
+				if stage == "before-commit" {
+					once.Do(func() { close(holding); <-release })
+				}
+				return nil
+			})
+			appended := make(chan error, 1)
+			go func() {
+				_, err := s.Append(eventstore.WithFence(ctx, held), "scope", eventstore.Any, []eventstore.Event{{Type: "x"}})
+				appended <- err
+			}()
+			<-holding
+			acquired := make(chan eventstore.Fence, 1)
+			go func() {
+				f, err := s.AcquireOwner(context.Background(), "scope", "b")
+				assert.NoError(t, err)
+				acquired <- f
+			}()
+			// The acquisition waits on the owner row the commit holds.
+			conn, err := pgx.Connect(ctx, pgBaseURL(t))
+			require.NoError(t, err)
+			defer func() { _ = conn.Close(ctx) }()
+			require.Eventually(t, func() bool {
+				var n int
+				err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO si_owners%' AND query LIKE '%RETURNING epoch%'`).Scan(&n)
+				return err == nil && n > 0
+			}, 10*time.Second, 5*time.Millisecond, "AcquireOwner does not wait for the fenced commit")
+			select {
+			case <-acquired:
+				t.Fatal("AcquireOwner returned while the commit it deposes was in flight")
+			default:
+			}
+			released.Do(func() { close(release) })
+			require.NoError(t, <-appended, "the append checked its fence before the new owner came")
+			f := <-acquired
+			assert.Equal(t, held.Epoch+1, f.Epoch)
+			_, err = s.Append(eventstore.WithFence(ctx, held), "scope", eventstore.Any, []eventstore.Event{{Type: "x"}})
+			require.ErrorIs(t, err, eventstore.ErrFenced, "after it, the old fence is refused")
+		})
+	}
 }

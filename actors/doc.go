@@ -42,6 +42,8 @@
 //	cluster.go     clustering: placement of scopes on their home member (node-local
 //	               stores) or on the live members (a shared store), members and client
 //	               nodes; placement.go a server's share of the scopes on a shared store
+//	fence.go       fencing on a store servers share (Config.Owner): the epoch a loaded
+//	               scope takes, the fence its appends carry, what a deposed owner does
 //	config.go      Config and its defaults; errors.go the sentinels and the mapping of
 //	               domain errors to wire codes; token.go signed suspension tokens;
 //	               checkpoint.go signed checkpoints
@@ -75,6 +77,11 @@
 //   - Deadlines. The context's deadline (or Config.RequestTimeout without
 //     one) bounds the wait. ErrTimeout on a mutation means the outcome is
 //     unknown: resend it with the same request id.
+//   - Shared stores. With Config.Owner set, a server that another took a
+//     scope from answers that scope's next write ErrScopeMoved (nothing
+//     applied); the Client resends it with the same request id a few
+//     times. Until that write, the deposed server's reads of the scope
+//     may be stale (fence.go).
 //   - Stop waits for the writes in flight and the background snapshots;
 //     close the store only after it.
 //

@@ -24,12 +24,12 @@ inspect:
 	$(GO) run ./cmd/stateindex inspect --data ./data/agent-example
 
 ## test: vet, check the pure core's imports, then every test with the race detector,
-## then the cluster tests of AwaitFrame, hooks and ListFrames' fan-out without it (a cluster node races
+## then the cluster tests of AwaitFrame, hooks, ListFrames' fan-out and TLS without it (a cluster node races
 ## inside Proto.Actor under -race; about 20 s: two `stateindex serve` members each)
 test: vet check-deps
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run '^TestCluster(AwaitFrameAndRemoteHook|HookToAKind)$$' ./internal/clustertest
-	$(GO) test -count=1 -run '^(TestClusterListFramesFansOutAndMerges|TestClusterOutboxDeliversAcrossMembers|TestSharedClusterFollowsTheLiveMembers)$$' ./actors
+	$(GO) test -count=1 -run '^(TestClusterListFramesFansOutAndMerges|TestClusterOutboxDeliversAcrossMembers|TestClusterOverMutualTLSWithASecret|TestSharedClusterFollowsTheLiveMembers)$$' ./actors
 
 vet:
 	$(GO) vet ./...

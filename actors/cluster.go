@@ -15,7 +15,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
-	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 
 	"github.com/stateindex/stateindex/actors/wire"
@@ -67,8 +66,9 @@ type ClusterConfig struct {
 	Name string
 	// Members are the storage members' names: their advertised remoting
 	// addresses (host:port, as given to `stateindex serve --listen`).
-	// Each one also serves its health endpoint, which the automanaged
-	// provider polls, on the next port (see HealthAddress).
+	// Each one also serves its health endpoint, which every node polls
+	// (automanaged's protocol, see healthProvider), on the next port of
+	// the same host (see HealthAddress).
 	Members []string
 	// Shards is the number of shards (grains) of each member; default 16.
 	Shards int
@@ -92,6 +92,10 @@ type ClusterConfig struct {
 	// clients of one cluster must agree on it. Off (the default): each
 	// member keeps its scopes in its own store at their fixed home.
 	SharedStore bool
+	// Security, when set, puts remoting and the health endpoint under TLS
+	// and the shared secret (see NewSecurity); every node of the cluster
+	// needs an equivalent one. Nil: plaintext, anyone admitted.
+	Security *Security
 }
 
 // SharedKind is the cluster kind every member of a shared-store cluster
@@ -206,7 +210,7 @@ type ClusterNode struct {
 	self     string
 	srv      *Server
 	gateway  *actor.PID
-	provider *automanaged.AutoManagedProvider
+	provider *healthProvider
 	router   *clusterRouter
 	stopOnce sync.Once
 	// onLive, on a member of a shared-store cluster, is told each new
@@ -358,8 +362,8 @@ func claimIdentity(store eventstore.Store, cc ClusterConfig, self string) error 
 	return ids.ClaimIdentity(ctx, eventstore.Identity{Cluster: cc.Name, Member: self, Members: cc.Members, Shards: cc.Shards})
 }
 
-// join starts remoting on addr and the cluster with the automanaged
-// provider and the disthash identity grainLookup.
+// join starts remoting on addr and the cluster with the health provider
+// (automanaged's protocol) and the disthash identity lookup.
 func (n *ClusterNode) join(addr string, member bool, kind *cluster.Kind) (err error) {
 	host, port, err := splitListen(addr)
 	if err != nil {
@@ -373,25 +377,27 @@ func (n *ClusterNode) join(addr string, member bool, kind *cluster.Kind) (err er
 		h, _ := HealthAddress(m)
 		hosts = append(hosts, h)
 	}
-	healthPort := 0
+	// A member's health endpoint listens on the member's own host (see
+	// healthProvider).
+	var health net.Listener
 	if member {
-		healthPort = port + 1
-		// automanaged listens on every interface and only logs a failure.
-		if err := checkListen(net.JoinHostPort("", strconv.Itoa(healthPort))); err != nil {
+		if health, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port+1))); err != nil {
 			return fmt.Errorf("actors: the health endpoint of %s: %w", addr, err)
 		}
 	}
-	n.provider = automanaged.NewWithConfig(n.cc.HealthInterval, healthPort, hosts...)
+	n.provider = newHealthProvider(n.cc.HealthInterval, hosts, health, n.cc.Security, n.cc.Logger)
 	var opts []cluster.ConfigOption
 	if kind != nil {
 		opts = append(opts, cluster.WithKinds(kind))
 	}
-	conf := cluster.Configure(n.cc.Name, n.provider, disthash.New(), RemoteConfigWithLimit(host, port, n.cc.MaxMessageBytes), opts...)
+	rc := watchConnections(n.sys, RemoteConfigWithLimit(host, port, n.cc.MaxMessageBytes, WithSecurity(n.cc.Security)))
+	conf := cluster.Configure(n.cc.Name, n.provider, disthash.New(), rc, opts...)
 	n.cl = cluster.New(n.sys, conf)
 	// Subscribe before the cluster starts, so that no topology is missed.
 	n.router = newClusterRouter(n.sys, n.cl, n.cc, n.self, n.onLive)
 	defer func() {
 		if p := recover(); p != nil {
+			n.provider.Shutdown(false)
 			err = fmt.Errorf("actors: joining cluster %q at %s: %v", n.cc.Name, addr, p)
 		}
 	}()
@@ -446,6 +452,15 @@ func (n *ClusterNode) Server() *Server { return n.srv }
 
 // Address is this node's remoting address.
 func (n *ClusterNode) Address() string { return n.sys.Address() }
+
+// HealthAddr is the address a member's health endpoint listens on (its
+// own host, port + 1); "" on a client node.
+func (n *ClusterNode) HealthAddr() string {
+	if a := n.provider.Addr(); a != nil {
+		return a.String()
+	}
+	return ""
+}
 
 // Live lists the storage members this node currently sees up, sorted.
 func (n *ClusterNode) Live() []string { return n.router.liveMembers() }
@@ -669,7 +684,7 @@ func (r *clusterRouter) send(ctx context.Context, req messages.Request, timeout 
 			if attempt == 0 && time.Until(deadline) > 0 {
 				continue
 			}
-			return nil, scopeUnavailable(scope, home, "did not receive the request")
+			return nil, scopeUnavailable(scope, home, "did not receive the request"+notDeliveredWhy(err))
 		}
 		return unwrapReply(pid, res, err)
 	}
@@ -691,7 +706,7 @@ func (r *clusterRouter) sendTo(ctx context.Context, member string, req messages.
 	pid := RemotePID(member)
 	res, err := r.t.request(ctx, pid, msg, timeout)
 	if errors.Is(err, errNotDelivered) {
-		return nil, messages.Errorf(messages.CodeUnavailable, "member %s did not receive %s", member, req.Op())
+		return nil, messages.Errorf(messages.CodeUnavailable, "member %s did not receive %s%s", member, req.Op(), notDeliveredWhy(err))
 	}
 	return unwrapReply(pid, res, err)
 }

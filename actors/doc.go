@@ -41,9 +41,12 @@
 //	               (the wire codec is package actors/wire)
 //	cluster.go     clustering: placement of scopes on their home member (node-local
 //	               stores) or on the live members (a shared store), members and client
-//	               nodes; placement.go a server's share of the scopes on a shared store
+//	               nodes; health.go the membership provider (health polls); placement.go
+//	               a server's share of the scopes on a shared store
 //	fence.go       fencing on a store servers share (Config.Owner): the epoch a loaded
 //	               scope takes, the fence its appends carry, what a deposed owner does
+//	tls.go         keeping callers out: TLS, mutual TLS and a shared secret
+//	               (Security, WithSecurity, ClusterConfig.Security)
 //	config.go      Config and its defaults; errors.go the sentinels and the mapping of
 //	               domain errors to wire codes; token.go signed suspension tokens;
 //	               checkpoint.go signed checkpoints
@@ -84,6 +87,10 @@
 //     may be stale (fence.go).
 //   - Stop waits for the writes in flight and the background snapshots;
 //     close the store only after it.
+//   - Remoting admits anyone unless given a Security (WithSecurity,
+//     ClusterConfig.Security); then every node, a remote Client too, needs
+//     a certificate: replies come back on a connection the server dials.
+//     An admitted caller may use every scope.
 //
 // What it must never do: decide a rule itself (rules live in frames; the
 // shell translates), apply or answer anything before its events are

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,10 +50,12 @@ const writerBatch = 32
 // messages of up to wire.DefaultMaxBytes each fits (the default 4 MiB
 // would break the connection instead of failing one request), and makes
 // one connection attempt per endpoint instead of five two seconds apart, so
-// that requests to a peer that is down fail within about two seconds; and
-// a connection whose messages make Proto.Actor panic is closed instead of
-// crashing the process. opts are applied last (remote.WithServerOptions
-// replaces these server options).
+// that requests to a peer that is down fail within about two seconds; a
+// connection whose messages make Proto.Actor panic is closed instead of
+// crashing the process, and so is a call of the service's unary methods
+// (Proto.Actor's panic). opts are applied last (remote.WithServerOptions
+// replaces these server options; WithSecurity adds TLS and the shared
+// secret to them).
 func RemoteConfig(host string, port int, opts ...remote.ConfigOption) *remote.Config {
 	return RemoteConfigWithLimit(host, port, wire.DefaultMaxBytes, opts...)
 }
@@ -64,7 +69,7 @@ func RemoteConfigWithLimit(host string, port, maxMessage int, opts ...remote.Con
 	}
 	recv := writerBatch*(maxMessage+4096) + 1<<20
 	base := []remote.ConfigOption{
-		remote.WithServerOptions(grpc.MaxRecvMsgSize(recv), grpc.ChainStreamInterceptor(recoverStream)),
+		remote.WithServerOptions(grpc.MaxRecvMsgSize(recv), grpc.ChainStreamInterceptor(recoverStream), grpc.ChainUnaryInterceptor(refuseUnary)),
 		remote.WithEndpointWriterBatchSize(writerBatch),
 	}
 	cfg := remote.Configure(host, port, append(base, opts...)...)
@@ -85,9 +90,19 @@ func recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h
 	return handler(srv, ss)
 }
 
+// refuseUnary answers every unary call of the remoting service: Proto.Actor
+// implements its unary methods (ListProcesses, GetProcessDiagnostics) as
+// panics, which would let any caller crash the process; remoting itself
+// uses only the Receive stream.
+func refuseUnary(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+	return nil, status.Error(codes.Unimplemented, "stateindex: remoting serves only its message stream")
+}
+
 // StartRemote starts remoting on sys with cfg (see RemoteConfig). Unlike
 // remote.Start it returns an error, instead of panicking, when the address
-// cannot be listened on.
+// cannot be listened on. It watches the connections sys dials, so that a
+// request refused by a peer (a TLS handshake that fails, a missing secret)
+// says why.
 func StartRemote(sys *actor.ActorSystem, cfg *remote.Config) (r *remote.Remote, err error) {
 	if err := checkListen(net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))); err != nil {
 		return nil, err
@@ -97,6 +112,7 @@ func StartRemote(sys *actor.ActorSystem, cfg *remote.Config) (r *remote.Remote, 
 			r, err = nil, fmt.Errorf("actors: starting remoting on %s:%d: %v", cfg.Host, cfg.Port, p)
 		}
 	}()
+	cfg = watchConnections(sys, cfg)
 	r = remote.NewRemote(sys, cfg)
 	r.Start()
 	return r, nil
@@ -318,6 +334,23 @@ func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrTimeou
 // never reached a StateIndex.
 var errNotDelivered = errors.New("not delivered")
 
+// notDeliveredError is errNotDelivered with the reason the connection to
+// the peer failed, when the transport saw it.
+type notDeliveredError struct{ reason string }
+
+func (e *notDeliveredError) Error() string        { return "not delivered: " + e.reason }
+func (e *notDeliveredError) Is(target error) bool { return target == errNotDelivered }
+
+// notDeliveredWhy returns ": reason" for an error that carries the reason
+// a connection failed, "" otherwise.
+func notDeliveredWhy(err error) string {
+	var nd *notDeliveredError
+	if errors.As(err, &nd) {
+		return ": " + nd.reason
+	}
+	return ""
+}
+
 // remoteTransport sends the remote requests of every Client of one actor system
 // and watches the connections: a request pending on a connection that is
 // lost after it may have been written fails at once with an
@@ -330,6 +363,20 @@ type remoteTransport struct {
 	pending map[string]map[*pendingCall]struct{}
 	// connected says which peers have a live connection.
 	connected map[string]bool
+	// failed holds, by peer address, why the last attempt to connect to it
+	// failed (cleared when one succeeds).
+	failed map[string]connectFailure
+	limit  logLimiter
+}
+
+// connectFailure is a failed connection attempt.
+type connectFailure struct {
+	reason string
+	at     time.Time
+	// opened: the stream was opened and the peer refused it (the secret);
+	// Proto.Actor then drops the messages queued for that connection
+	// instead of answering them with dead letters.
+	opened bool
 }
 
 var (
@@ -346,7 +393,7 @@ func transportFor(sys *actor.ActorSystem) *remoteTransport {
 	if t, ok := sys.Extensions.Get(transportExtID).(*remoteTransport); ok {
 		return t
 	}
-	t := &remoteTransport{sys: sys, pending: map[string]map[*pendingCall]struct{}{}, connected: map[string]bool{}}
+	t := &remoteTransport{sys: sys, pending: map[string]map[*pendingCall]struct{}{}, connected: map[string]bool{}, failed: map[string]connectFailure{}}
 	sys.EventStream.SubscribeWithPredicate(t.onEvent, func(evt any) bool {
 		switch evt.(type) {
 		case *remote.EndpointConnectedEvent, *remote.EndpointTerminatedEvent:
@@ -370,18 +417,29 @@ func (t *remoteTransport) onEvent(evt any) {
 	case *remote.EndpointTerminatedEvent:
 		t.mu.Lock()
 		delete(t.connected, e.Address)
-		var lost []*pendingCall
+		var lost, dropped []*pendingCall
+		f, failed := t.failed[e.Address]
 		for p := range t.pending[e.Address] {
-			if p.mayHaveLeft.Load() {
+			switch {
+			case p.mayHaveLeft.Load():
 				lost = append(lost, p)
+			case failed && f.opened && !p.sent.IsZero():
+				dropped = append(dropped, p)
 			}
 		}
 		t.mu.Unlock()
 		// Requests that never had a connection are left alone: the writer
 		// that failed to connect answers them with dead letters (not
-		// delivered), or their deadline does.
+		// delivered), or their deadline does — except after a refused
+		// stream, whose writer drops them: almost surely not applied, but
+		// one sent at this very moment may have gone to the next
+		// connection, so "outcome unknown", at once rather than at the
+		// deadline.
 		for _, p := range lost {
 			p.finish(nil, &OutcomeUnknownError{Address: e.Address, Reason: "the connection was lost"})
+		}
+		for _, p := range dropped {
+			p.finish(nil, &OutcomeUnknownError{Address: e.Address, Reason: "the connection could not be set up: " + f.reason})
 		}
 	}
 }
@@ -407,8 +465,11 @@ type pendingCall struct {
 	done        chan struct{}
 	finished    atomic.Bool
 	mayHaveLeft atomic.Bool
-	res         any
-	err         error
+	// sent is when the request had been handed to Proto.Actor's endpoint
+	// (zero before; guarded by the transport's mu).
+	sent time.Time
+	res  any
+	err  error
 }
 
 func (p *pendingCall) finish(res any, err error) {
@@ -459,7 +520,11 @@ func (t *remoteTransport) request(ctx context.Context, target *actor.PID, msg an
 		t.mu.Unlock()
 	}()
 
+	start := time.Now()
 	t.sys.Root.RequestWithCustomSender(target, msg, pid)
+	t.mu.Lock()
+	p.sent = time.Now() // the message is in the queue of the endpoint's writer
+	t.mu.Unlock()
 	// ctx carries the request's deadline; the timer is only a backstop for
 	// a context without one, and ends the request as the deadline would.
 	timer := time.NewTimer(timeout)
@@ -472,7 +537,164 @@ func (t *remoteTransport) request(ctx context.Context, target *actor.PID, msg an
 		p.finish(nil, timeoutError(ctx))
 	}
 	<-p.done
+	if p.err == errNotDelivered {
+		if reason := t.failedSince(addr, start); reason != "" {
+			return nil, &notDeliveredError{reason: reason}
+		}
+	}
 	return p.res, p.err
+}
+
+// failedSince returns why the last connection attempt to addr failed, if
+// it failed around or after start: Proto.Actor answers the requests queued
+// for a connection that could not be made with dead letters, up to about
+// two seconds after the attempt failed (its writer sleeps before giving
+// up), and a success clears the record.
+func (t *remoteTransport) failedSince(addr string, start time.Time) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f, ok := t.failed[addr]; ok && f.at.After(start.Add(-5*time.Second)) {
+		return f.reason
+	}
+	return ""
+}
+
+// watchConnections returns a copy of cfg whose dialing side reports to
+// sys's transport how each connection attempt ended: Proto.Actor only logs
+// it, and answers the waiting requests with bare dead letters.
+//
+// With one attempt per connection (RemoteConfig's MaxRetryCount), a failed
+// attempt also ends at once, as not delivered, the requests already queued
+// for it: Proto.Actor queues a request for the connection being made
+// before returning from the send, and a connection whose only attempt
+// failed never sends anything.
+func watchConnections(sys *actor.ActorSystem, cfg *remote.Config) *remote.Config {
+	t := transportFor(sys)
+	w := &connWatch{t: t, final: cfg.MaxRetryCount <= 1}
+	c := *cfg
+	c.DialOptions = append(slices.Clip(cfg.DialOptions), grpc.WithChainStreamInterceptor(w.watchStream))
+	return &c
+}
+
+// connWatch watches the connections of one remoting configuration.
+type connWatch struct {
+	t *remoteTransport
+	// final: a failed attempt is the connection's last (no retry).
+	final bool
+}
+
+// watchStream wraps the stream Proto.Actor's endpoint writer opens to a
+// peer. The attempt to connect ends with the stream's first reply (the
+// peer's ConnectResponse) or with the error that comes instead: a TLS
+// handshake that failed, the peer's refusal (unauthenticated), a peer
+// that is not there.
+func (w *connWatch) watchStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	addr := cc.Target()
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		w.t.connectEnded(addr, err, false, w.final)
+		return nil, err
+	}
+	return &watchedStream{ClientStream: cs, w: w, addr: addr}, nil
+}
+
+type watchedStream struct {
+	grpc.ClientStream
+	w       *connWatch
+	addr    string
+	settled atomic.Bool
+}
+
+func (w *watchedStream) SendMsg(m any) error {
+	err := w.ClientStream.SendMsg(m)
+	if errors.Is(err, io.EOF) && !w.settled.Load() {
+		// The stream ended before it was set up; its status says why
+		// (gRPC's contract for io.EOF from SendMsg).
+		if rerr := w.ClientStream.RecvMsg(new(remote.RemoteMessage)); rerr != nil {
+			w.settle(rerr)
+		}
+	}
+	return err
+}
+
+func (w *watchedStream) RecvMsg(m any) error {
+	err := w.ClientStream.RecvMsg(m)
+	if !w.settled.Load() {
+		w.settle(err)
+	}
+	return err
+}
+
+func (w *watchedStream) settle(err error) {
+	if w.settled.CompareAndSwap(false, true) {
+		w.w.t.connectEnded(w.addr, err, true, w.w.final)
+	}
+}
+
+// connectEnded records how an attempt to connect to addr ended (err nil:
+// connected; opened: the stream was opened first), ends the requests that
+// were queued for it when it failed for good (final), and logs a peer that
+// refused this node.
+func (t *remoteTransport) connectEnded(addr string, err error, opened, final bool) {
+	now := time.Now()
+	t.mu.Lock()
+	if err == nil {
+		delete(t.failed, addr)
+		t.mu.Unlock()
+		return
+	}
+	reason, refused := connectReason(err)
+	t.failed[addr] = connectFailure{reason: reason, at: now, opened: opened}
+	var never []*pendingCall
+	if final {
+		for p := range t.pending[addr] {
+			// Queued before the attempt failed, on no connection since
+			// (a connection that came up would have set mayHaveLeft): in
+			// the queue of the writer that failed, which sends nothing.
+			if !p.mayHaveLeft.Load() && !p.sent.IsZero() && p.sent.Before(now) {
+				never = append(never, p)
+			}
+		}
+	}
+	t.mu.Unlock()
+	for _, p := range never {
+		p.finish(nil, &notDeliveredError{reason: reason})
+	}
+	if refused {
+		if n, ok := t.limit.allow(now); ok {
+			attrs := []any{"peer", addr, "reason", reason}
+			if n > 0 {
+				attrs = append(attrs, "suppressed", n)
+			}
+			t.sys.Logger().Warn("stateindex: a peer refused this node's connection", attrs...)
+		}
+	}
+}
+
+// connectReason says why a connection attempt failed, for a Client's
+// error, and whether the peer refused this node (TLS or the secret)
+// rather than being unreachable.
+func connectReason(err error) (reason string, refused bool) {
+	msg := err.Error()
+	st, isStatus := status.FromError(err)
+	if isStatus {
+		msg = st.Message()
+	}
+	switch {
+	case isStatus && st.Code() == codes.Unauthenticated:
+		return "unauthenticated: " + msg, true
+	case strings.Contains(msg, "authentication handshake failed: "):
+		_, after, _ := strings.Cut(msg, "authentication handshake failed: ")
+		return "TLS handshake failed: " + strings.TrimSuffix(after, `"`), true
+	case strings.Contains(msg, "tls: ") || strings.Contains(msg, "x509: "):
+		return "TLS handshake failed: " + msg, true
+	case strings.Contains(msg, "server preface"), strings.Contains(msg, "broken pipe"), strings.Contains(msg, "connection reset by peer"):
+		// A TLS server closes a plaintext caller's connection at once, and
+		// under TLS 1.3 one that refuses a client certificate does so
+		// after the caller's side of the handshake has completed.
+		return "the peer closed the connection while it was set up (" + msg + "): does it require TLS, or refuse this node's certificate?", true
+	}
+	return "the connection failed: " + msg, false
 }
 
 // remoteSend is a Client's send function for a remote PID: it encodes the
@@ -498,8 +720,13 @@ func remoteSend(sys *actor.ActorSystem, route func(scope string) (*actor.PID, er
 // Client error.
 func unwrapReply(target *actor.PID, res any, err error) (any, error) {
 	if errors.Is(err, errNotDelivered) {
+		why := "not running there, or not reachable"
+		var nd *notDeliveredError
+		if errors.As(err, &nd) {
+			why = nd.reason
+		}
 		return nil, messages.Errorf(messages.CodeUnavailable,
-			"the StateIndex at %s did not receive the request (not running there, or not reachable); it was not applied", target.Address)
+			"the StateIndex at %s did not receive the request (%s); it was not applied", target.Address, why)
 	}
 	if err != nil {
 		return nil, err

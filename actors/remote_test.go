@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runRemoteChild())
 	}
+	if os.Getenv(clientChildEnv) != "" {
+		os.Exit(runRemoteClientChild())
+	}
 	os.Exit(m.Run())
 }
 
@@ -52,7 +55,12 @@ func TestMain(m *testing.M) {
 // Server's shards (Server.Stop) but leaves its gateway exposed.
 func runRemoteChild() int {
 	sys := quietSystem()
-	if _, err := actors.StartRemote(sys, actors.RemoteConfig("127.0.0.1", 0)); err != nil {
+	sec, err := childSecurity()
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	if _, err := actors.StartRemote(sys, actors.RemoteConfig("127.0.0.1", 0, actors.WithSecurity(sec))); err != nil {
 		fmt.Println("error:", err)
 		return 1
 	}

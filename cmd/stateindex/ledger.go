@@ -21,7 +21,7 @@ import (
 )
 
 func init() {
-	register(command{name: "ledger", summary: "(--data DIR | --server HOST:PORT) --scope S [--frame F] [--depth N] [--json]   print the spend ledger: max, reserved, outstanding, actual per frame, across scopes", run: ledgerCmd})
+	register(command{name: "ledger", summary: "(--data DIR | --server HOST:PORT [--config FILE]) --scope S [--frame F] [--depth N] [--json]   print the spend ledger: max, reserved, outstanding, actual per frame, across scopes", run: ledgerCmd})
 }
 
 // defaultLedgerDepth bounds how many scopes deep the tree follows
@@ -36,14 +36,14 @@ func ledgerCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ledger", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "", "data directory (read the file; no server may hold it)")
-	server := fs.String("server", "", "a running server's remoting address host:port (`stateindex serve --listen`)")
+	conn := addConnectFlags(fs)
 	scope := fs.String("scope", "", "the scope whose ledger to print")
 	frame := fs.String("frame", "", "start at this frame (default: every live frame of the scope)")
 	depth := fs.Int("depth", defaultLedgerDepth, "follow reservations at most this many scopes deep")
 	asJSON := fs.Bool("json", false, "print the tree as JSON (amounts in micro-units, budget.MicrosPerUnit per unit)")
 	timeout := fs.Duration("timeout", 10*time.Second, "the command's deadline")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: stateindex ledger (--data DIR | --server HOST:PORT) --scope S [--frame F] [--depth N] [--json]\n\n"+
+		fmt.Fprint(stderr, "Usage: stateindex ledger (--data DIR | --server HOST:PORT [--config FILE]) --scope S [--frame F] [--depth N] [--json]\n\n"+
 			"Prints a scope's spend ledger: per frame its max (spend limit), reserved (the\n"+
 			"ceiling the reservation it was pushed with gave it), outstanding (what its\n"+
 			"reservations hold now) and actual (what it spent, settled children included),\n"+
@@ -54,13 +54,13 @@ func ledgerCmd(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if (*dir == "") == (*server == "") || *scope == "" || fs.NArg() > 0 || *depth < 0 {
+	if (*dir == "") == (*conn.server == "") || *scope == "" || fs.NArg() > 0 || *depth < 0 {
 		fmt.Fprintln(stderr, "stateindex ledger: give one of --data and --server, and --scope")
 		return errUsage
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	c, stop, err := readerClient(*dir, *server, *timeout)
+	c, stop, err := readerClient(*dir, conn, *timeout, stderr)
 	if err != nil {
 		return err
 	}
@@ -80,19 +80,16 @@ func ledgerCmd(args []string, stdout, stderr io.Writer) error {
 
 // readerClient is the Client of a reading command: a read-only StateIndex
 // in this process over dir's data file (ledgerOnFile), or the server at
-// HOST:PORT; stop ends what it started.
-func readerClient(dir, server string, timeout time.Duration) (*actors.Client, func(), error) {
+// --server; stop ends what it started.
+func readerClient(dir string, conn connectFlags, timeout time.Duration, stderr io.Writer) (*actors.Client, func(), error) {
 	if dir != "" {
 		return ledgerOnFile(dir, timeout)
 	}
-	if _, _, err := splitHostPort(server); err != nil {
-		return nil, nil, fmt.Errorf("--server %q: want host:port", server)
-	}
-	sys, err := remoteSystem()
+	c, err := conn.client(timeout, stderr)
 	if err != nil {
 		return nil, nil, err
 	}
-	return actors.NewClient(sys.Root, actors.RemotePID(server), timeout), func() {}, nil
+	return c, func() {}, nil
 }
 
 // ledgerOnFile starts a StateIndex in this process over dir's data file

@@ -29,7 +29,7 @@ import (
 )
 
 func init() {
-	register(command{name: "serve", summary: "[--config FILE] --data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]]   run the StateIndex", run: serve})
+	register(command{name: "serve", summary: "[--config FILE] --data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]] [--tls-cert F --tls-key F [--tls-ca F] [--tls-client-auth require]] [--secret-file F]   run the StateIndex", run: serve})
 }
 
 // retentionConfig turns the file's retention and expiry into the server's
@@ -95,6 +95,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		members = parsePeers(strings.Join(file.Cluster.Peers, ","), listen)
 	}
 	cfg, storeOpts, err := serveConfig(file)
+	if err != nil {
+		return err
+	}
+	sec, err := file.Security(log)
 	if err != nil {
 		return err
 	}
@@ -208,8 +212,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		if len(cfg.LedgerKey) == 0 && shared == nil && file.Keys.ServerKeyFile == "" {
 			log.Warn("stateindex ledger: no ledger.key_file: this member signs reservation tokens with its own server key, so a reservation for a scope homed on another member is refused (reservation_invalid); give every member the same ledger.key_file")
 		}
+		warnSecurity(log, sec, listen)
 		cc := actors.ClusterConfig{Name: clusterName, Members: members, Shards: cfg.Shards, HealthInterval: file.Cluster.HealthInterval,
-			MaxMessageBytes: file.Remoting.MaxMessageBytes, Logger: log, SharedStore: shared != nil}
+			MaxMessageBytes: file.Remoting.MaxMessageBytes, Logger: log, SharedStore: shared != nil, Security: sec}
 		node, err := actors.StartMember(sys, store, cfg, cc, listen)
 		if err != nil {
 			return err
@@ -222,20 +227,20 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			node.Stop()
 			return err
 		}
-		healthAddr, _ := actors.HealthAddress(listen)
 		placement := []any{"kind", actors.KindOf(listen)}
 		if shared != nil {
 			placement = []any{"kind", actors.SharedKind, "placement", "live members (shared store)"}
 		}
 		log.Info("stateindex serving", append(append([]any{"cluster", clusterName, "member", listen}, placement...),
-			append([]any{"members", strings.Join(members, ","), "health", healthAddr, "shards", cfg.Shards}, jattrs...)...)...)
+			append([]any{"members", strings.Join(members, ","), "health", node.HealthAddr(), "shards", cfg.Shards, "security", sec.String()}, jattrs...)...)...)
 		shutdown = node.Stop
 	case listen != "":
 		host, port, err := splitHostPort(listen)
 		if err != nil {
 			return err
 		}
-		r, err := actors.StartRemote(sys, actors.RemoteConfigWithLimit(host, port, file.Remoting.MaxMessageBytes))
+		warnSecurity(log, sec, listen)
+		r, err := actors.StartRemote(sys, actors.RemoteConfigWithLimit(host, port, file.Remoting.MaxMessageBytes, actors.WithSecurity(sec)))
 		if err != nil {
 			return err
 		}
@@ -260,7 +265,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			r.Shutdown(false)
 			return err
 		}
-		log.Info("stateindex serving", append([]any{"listen", sys.Address(), "pid", gw.Address + "/" + gw.Id, "shards", cfg.Shards}, jattrs...)...)
+		log.Info("stateindex serving", append([]any{"listen", sys.Address(), "pid", gw.Address + "/" + gw.Id, "shards", cfg.Shards,
+			"security", sec.String()}, jattrs...)...)
 		shutdown = func() { stopRemote(sys, r, gw, srv) }
 	default:
 		srv, err := actors.Start(sys, store, cfg)
@@ -289,6 +295,21 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("stateindex stopped cleanly")
 	return nil
+}
+
+// warnSecurity warns of a remoting address that admits more than it
+// should: plaintext and unauthenticated on an address other than
+// loopback, or a secret that travels in clear.
+func warnSecurity(log *slog.Logger, sec *actors.Security, listen string) {
+	host, _, _ := net.SplitHostPort(listen)
+	ip := net.ParseIP(host)
+	loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
+	switch {
+	case !sec.TLS() && !sec.HasSecret() && !loopback:
+		log.Warn("stateindex: remoting is plaintext and admits anyone: whoever reaches "+listen+" can read and write every scope; configure tls and auth.secret_file", "listen", listen)
+	case !sec.TLS() && sec.HasSecret() && !loopback:
+		log.Warn("stateindex: the shared secret travels in clear without tls: anyone who can watch the network can read it", "listen", listen)
+	}
 }
 
 // startRetention starts the retention pass the file configures, if any.

@@ -18,7 +18,7 @@ import (
 )
 
 func init() {
-	register(command{name: "state", summary: "(--data DIR | --server HOST:PORT) --scope S [--frame F] [--prefix P] [--json]   print a scope's (or a frame's) key-value state: keys, versions, expiry, sizes", run: stateCmd})
+	register(command{name: "state", summary: "(--data DIR | --server HOST:PORT [--config FILE]) --scope S [--frame F] [--prefix P] [--json]   print a scope's (or a frame's) key-value state: keys, versions, expiry, sizes", run: stateCmd})
 }
 
 // statePreview bounds a value's preview in the table.
@@ -31,14 +31,14 @@ func stateCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("state", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "", "data directory (read the file; no server may hold it)")
-	server := fs.String("server", "", "a running server's remoting address host:port (`stateindex serve --listen`)")
+	conn := addConnectFlags(fs)
 	scope := fs.String("scope", "", "the scope whose state to print")
 	frame := fs.String("frame", "", "a live frame's state instead of the scope's own")
 	prefix := fs.String("prefix", "", "only the keys starting with this")
 	asJSON := fs.Bool("json", false, "print the keys as JSON (values as text when valid UTF-8, else base64)")
 	timeout := fs.Duration("timeout", 10*time.Second, "the command's deadline")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: stateindex state (--data DIR | --server HOST:PORT) --scope S [--frame F] [--prefix P] [--json]\n\n"+
+		fmt.Fprint(stderr, "Usage: stateindex state (--data DIR | --server HOST:PORT [--config FILE]) --scope S [--frame F] [--prefix P] [--json]\n\n"+
 			"Prints a scope's key-value state (or a live frame's): the level's keys and\n"+
 			"bytes, the scope's total against its limit, then per key its version (the\n"+
 			"scope version that last wrote it), its expiry, its size and its value.\n\n")
@@ -47,13 +47,13 @@ func stateCmd(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if (*dir == "") == (*server == "") || *scope == "" || fs.NArg() > 0 {
+	if (*dir == "") == (*conn.server == "") || *scope == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "stateindex state: give one of --data and --server, and --scope")
 		return errUsage
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	c, stop, err := readerClient(*dir, *server, *timeout)
+	c, stop, err := readerClient(*dir, conn, *timeout, stderr)
 	if err != nil {
 		return err
 	}

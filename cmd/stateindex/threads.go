@@ -15,11 +15,12 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/stateindex/stateindex/actors"
+	"github.com/stateindex/stateindex/internal/config"
 	"github.com/stateindex/stateindex/messages"
 )
 
 func init() {
-	register(command{name: "threads", summary: "(--data DIR | --server HOST:PORT) [--status S,..] [--goal P] [--scope P] [--in-scope S [--parent F | --chain F]] [--since T] [--until T] [--limit N] [--cursor C] [--json]   list frames across scopes (the registry)", run: threads})
+	register(command{name: "threads", summary: "(--data DIR | --server HOST:PORT [--config FILE]) [--status S,..] [--goal P] [--scope P] [--in-scope S [--parent F | --chain F]] [--since T] [--until T] [--limit N] [--cursor C] [--json]   list frames across scopes (the registry)", run: threads})
 }
 
 // threads lists frames across scopes from the registry: on a data file
@@ -30,7 +31,7 @@ func threads(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("threads", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("data", "", "data directory (read the file; no server may hold it)")
-	server := fs.String("server", "", "a running server's remoting address host:port (`stateindex serve --listen`)")
+	conn := addConnectFlags(fs)
 	status := fs.String("status", "", "statuses, comma-separated: active, waiting, suspended, completed, failed, cancelled, continued")
 	goal := fs.String("goal", "", "goal prefix")
 	scopePrefix := fs.String("scope", "", "scope prefix")
@@ -47,7 +48,7 @@ func threads(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the reply as JSON")
 	timeout := fs.Duration("timeout", 10*time.Second, "the request's deadline (--server)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: stateindex threads (--data DIR | --server HOST:PORT) [filters]\n\n"+
+		fmt.Fprint(stderr, "Usage: stateindex threads (--data DIR | --server HOST:PORT [--config FILE]) [filters]\n\n"+
 			"Lists frames across scopes, newest first, from the registry: the index the\n"+
 			"server keeps from the log. On a data file it first brings the index up to\n"+
 			"the end of the log (stored in the file: a server resumes from there).\n\n")
@@ -56,7 +57,7 @@ func threads(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if (*dir == "") == (*server == "") {
+	if (*dir == "") == (*conn.server == "") {
 		fmt.Fprintln(stderr, "stateindex threads: give one of --data and --server")
 		return errUsage
 	}
@@ -89,7 +90,7 @@ func threads(args []string, stdout, stderr io.Writer) error {
 	if *dir != "" {
 		reply, err = threadsOnFile(ctx, *dir, req)
 	} else {
-		reply, err = threadsOnServer(ctx, *server, req, *timeout)
+		reply, err = threadsOnServer(ctx, conn, req, *timeout, stderr)
 	}
 	if err != nil {
 		return err
@@ -131,31 +132,67 @@ func threadsOnFile(ctx context.Context, dir string, req *messages.ListFrames) (*
 // (started once: gRPC's logger is process-wide, and a second start while
 // the first one's server goroutines run races on it).
 var remoting struct {
-	once sync.Once
-	sys  *actor.ActorSystem
-	err  error
+	once   sync.Once
+	config string // the --config it was started with
+	sys    *actor.ActorSystem
+	err    error
 }
 
-func threadsOnServer(ctx context.Context, addr string, req *messages.ListFrames, timeout time.Duration) (*messages.ListFramesReply, error) {
-	if _, _, err := splitHostPort(addr); err != nil {
-		return nil, fmt.Errorf("--server %q: want host:port", addr)
-	}
-	sys, err := remoteSystem()
+func threadsOnServer(ctx context.Context, conn connectFlags, req *messages.ListFrames, timeout time.Duration, stderr io.Writer) (*messages.ListFramesReply, error) {
+	c, err := conn.client(timeout, stderr)
 	if err != nil {
 		return nil, err
 	}
-	c := actors.NewClient(sys.Root, actors.RemotePID(addr), timeout)
 	return c.ListFrames(ctx, req)
 }
 
+// connectFlags are the flags of a command that reaches a running server.
+type connectFlags struct{ server, config *string }
+
+func addConnectFlags(fs *flag.FlagSet) connectFlags {
+	return connectFlags{
+		server: fs.String("server", "", "a running server's remoting address host:port (`stateindex serve --listen`)"),
+		config: fs.String("config", "", "with --server: connect with the TLS (tls.*) and shared secret (auth.secret_file) of this configuration file, the server's or one like it"),
+	}
+}
+
+// client returns a Client of the server at --server, over the process's
+// remoting system.
+func (cf connectFlags) client(timeout time.Duration, stderr io.Writer) (*actors.Client, error) {
+	addr := *cf.server
+	if _, _, err := splitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("--server %q: want host:port", addr)
+	}
+	sys, err := remoteSystem(*cf.config, stderr)
+	if err != nil {
+		return nil, err
+	}
+	return actors.NewClient(sys.Root, actors.RemotePID(addr), timeout), nil
+}
+
 // remoteSystem returns the process's remoting actor system, started on
-// first use.
-func remoteSystem() (*actor.ActorSystem, error) {
+// first use with the TLS and secret of the configuration file at
+// configPath ("" for none); its replies arrive on 127.0.0.1. Refused
+// callers (a server whose certificate this side refuses as it dials back)
+// are logged on stderr.
+func remoteSystem(configPath string, stderr io.Writer) (*actor.ActorSystem, error) {
 	remoting.once.Do(func() {
+		remoting.config = configPath
+		var sec *actors.Security
+		if configPath != "" {
+			var err error
+			if sec, err = config.LoadSecurity(configPath, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))); err != nil {
+				remoting.err = err
+				return
+			}
+		}
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		remoting.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-		_, remoting.err = actors.StartRemote(remoting.sys, actors.RemoteConfig("127.0.0.1", 0))
+		_, remoting.err = actors.StartRemote(remoting.sys, actors.RemoteConfig("127.0.0.1", 0, actors.WithSecurity(sec)))
 	})
+	if remoting.err == nil && configPath != remoting.config {
+		return nil, fmt.Errorf("remoting was started with --config %q: this process cannot connect with %q too", remoting.config, configPath)
+	}
 	return remoting.sys, remoting.err
 }
 

@@ -1,8 +1,10 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -35,6 +37,8 @@ type File struct {
 	RequestTimeout time.Duration
 	Remoting       Remoting
 	Cluster        Cluster
+	TLS            TLS
+	Auth           Auth
 	Retention      Retention
 	Expiry         Expiry
 	Hooks          []Hook
@@ -139,6 +143,34 @@ type Remoting struct {
 	MaxMessageBytes int
 }
 
+// TLS configures TLS for remoting and the cluster (actors.TLSFiles):
+// this node's certificate and key, the CAs peers' certificates must chain
+// to, whether callers must present a certificate (ClientAuth: none,
+// request or require) and which certificate names are admitted. Relative
+// paths in a file are relative to that file.
+type TLS struct {
+	CertFile     string
+	KeyFile      string
+	CAFile       string
+	ClientCAFile string
+	ClientAuth   string
+	ServerName   string
+	AllowedNames []string
+}
+
+// Configured reports whether any TLS key is set.
+func (t TLS) Configured() bool {
+	return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" || t.ClientCAFile != "" || t.ServerName != "" ||
+		len(t.AllowedNames) > 0 || (t.ClientAuth != "" && t.ClientAuth != string(actors.ClientAuthNone))
+}
+
+// Auth configures the shared secret every caller presents: SecretFile
+// holds it (at least actors.MinSecretBytes, the same file on every node);
+// "" admits callers without one.
+type Auth struct {
+	SecretFile string
+}
+
 // Cluster configures membership of a Proto.Actor cluster.
 type Cluster struct {
 	Name           string // "" runs standalone
@@ -184,6 +216,7 @@ func Default() *File {
 		RequestTimeout: d.RequestTimeout,
 		Remoting:       Remoting{MaxMessageBytes: wire.DefaultMaxBytes},
 		Cluster:        Cluster{HealthInterval: time.Second},
+		TLS:            TLS{ClientAuth: string(actors.ClientAuthNone)},
 		Registry:       Registry{Enabled: true, Interval: 25 * time.Millisecond},
 		Ledger:         Ledger{Unestimated: string(frames.EstimateDeny), Lease: time.Duration(frames.DefaultLease)},
 		Retention:      Retention{Default: RetentionPolicy{KeepLastN: 10, DeleteOlderThan: 7 * 24 * time.Hour, OnCompletion: Keep, ArchiveDir: "archive"}, Interval: time.Minute},
@@ -240,6 +273,54 @@ func (f *File) LedgerKey() ([]byte, error) {
 			f.Ledger.KeyFile, MinLedgerKeyBytes, len(key))
 	}
 	return key, nil
+}
+
+// tlsKeys maps actors.TLSFiles' fields to their keys.
+var tlsKeys = map[string]string{"CertFile": "tls.cert_file", "KeyFile": "tls.key_file", "CAFile": "tls.ca_file",
+	"ClientCAFile": "tls.client_ca_file", "ClientAuth": "tls.client_auth", "ServerName": "tls.server_name", "AllowedNames": "tls.allowed_names"}
+
+// Security reads tls.* and auth.secret_file and returns what remoting and
+// the cluster run with (nil when neither is configured: plaintext, anyone
+// admitted); log receives the refused callers. Every file is read now: a
+// missing or unreadable file, a key that does not match its certificate,
+// a CA file without a certificate or a short secret is an error naming the
+// key and where it was set.
+func (f *File) Security(log *slog.Logger) (*actors.Security, error) {
+	sc := actors.SecurityConfig{Logger: log}
+	if t := f.TLS; t.Configured() {
+		server, client, err := actors.LoadTLS(actors.TLSFiles{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile, ClientCAFile: t.ClientCAFile,
+			ClientAuth: actors.ClientAuth(t.ClientAuth), ServerName: t.ServerName, AllowedNames: t.AllowedNames})
+		var fe *actors.TLSFileError
+		switch {
+		case errors.As(err, &fe):
+			key := tlsKeys[fe.Field]
+			o := f.Origin(key)
+			if o == (Origin{}) {
+				o, _ = f.blame("tls.cert_file", "tls.key_file", "tls.ca_file", "tls.client_ca_file", "tls.client_auth", "tls.server_name", "tls.allowed_names")
+			}
+			if fe.Path != "" {
+				return nil, errAt(o, key, "(%s) %v", fe.Path, fe.Err)
+			}
+			return nil, errAt(o, key, "%v", fe.Err)
+		case err != nil:
+			return nil, err
+		}
+		sc.ServerTLS, sc.ClientTLS = server, client
+	}
+	if path := f.Auth.SecretFile; path != "" {
+		o := f.Origin("auth.secret_file")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, errAt(o, "auth.secret_file", "(%s) cannot be read: %v", path, err)
+		}
+		if sc.Secret, err = actors.ParseSecret(b); err != nil {
+			return nil, errAt(o, "auth.secret_file", "(%s) %v", path, err)
+		}
+	}
+	if sc.ServerTLS == nil && sc.Secret == nil {
+		return nil, nil
+	}
+	return actors.NewSecurity(sc)
 }
 
 // Counters returns the token counters the file configures, as

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,12 +13,33 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/tokenizer"
 )
 
 // Load reads the file at path, following its extends chain, and resolves
 // it over the defaults. An empty path gives the defaults.
 func Load(path string) (*File, error) { return resolve(path, nil) }
+
+// LoadSecurity reads the file at path as Load does (every value checked
+// by its own rule) but checks only what connecting needs, not the rules
+// between keys that serving needs (a member's file may leave --listen and
+// --peers to the command line), and returns its Security (see
+// File.Security): for the commands that reach a server with the server's
+// own configuration file.
+func LoadSecurity(path string, log *slog.Logger) (*actors.Security, error) {
+	f := Default()
+	l := &loader{files: map[*yaml.Node]string{}}
+	root, err := l.load(path, Origin{})
+	if err != nil {
+		return nil, err
+	}
+	f.Sources = l.sources
+	if err := f.applyMap(root, "", l.files); err != nil {
+		return nil, err
+	}
+	return f.Security(log)
+}
 
 // resolve builds a File: defaults, then the file, then the flags given
 // (name, value pairs in command-line order), then the checks that span
@@ -90,6 +112,9 @@ func (f *File) check() error {
 		return errAt(lc, "ledger.cap", "(%s) applies only with ledger.unestimated: cap, not %s", format(&f.Ledger.Cap), f.Ledger.Unestimated)
 	}
 	if _, err := f.LedgerKey(); err != nil {
+		return err
+	}
+	if _, err := f.Security(nil); err != nil {
 		return err
 	}
 	if err := f.checkState(); err != nil {
@@ -312,6 +337,17 @@ func checkDuplicates(m *yaml.Node, prefix, path string) error {
 	return nil
 }
 
+// pathKeys are the keys that name a file: a relative path in a
+// configuration file is relative to that file.
+var pathKeys = map[string]func(*File) *string{
+	"ledger.key_file":    func(f *File) *string { return &f.Ledger.KeyFile },
+	"tls.cert_file":      func(f *File) *string { return &f.TLS.CertFile },
+	"tls.key_file":       func(f *File) *string { return &f.TLS.KeyFile },
+	"tls.ca_file":        func(f *File) *string { return &f.TLS.CAFile },
+	"tls.client_ca_file": func(f *File) *string { return &f.TLS.ClientCAFile },
+	"auth.secret_file":   func(f *File) *string { return &f.Auth.SecretFile },
+}
+
 // applyMap sets the File from a merged mapping at key path prefix.
 func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string) error {
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -342,8 +378,8 @@ func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string
 			if key == "data_dir" && !filepath.IsAbs(f.DataDir) {
 				f.DataDir = filepath.Join(filepath.Dir(o.File), f.DataDir) // relative to the file that says it
 			}
-			if key == "ledger.key_file" && f.Ledger.KeyFile != "" && !filepath.IsAbs(f.Ledger.KeyFile) {
-				f.Ledger.KeyFile = filepath.Join(filepath.Dir(o.File), f.Ledger.KeyFile) // as data_dir
+			if p, ok := pathKeys[key]; ok && *p(f) != "" && !filepath.IsAbs(*p(f)) {
+				*p(f) = filepath.Join(filepath.Dir(o.File), *p(f)) // as data_dir
 			}
 			for _, k := range []struct {
 				key string

@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/tokenizer"
@@ -146,6 +147,15 @@ var settings = func() []setting {
 		{key: "cluster.name", flag: "cluster", usage: "join the Proto.Actor cluster NAME as a storage member (needs --listen and --peers)", field: func(f *File) any { return &f.Cluster.Name }},
 		{key: "cluster.peers", flag: "peers", usage: "the cluster's storage members, HOST:PORT,... (their --listen addresses; this member is added); the same list on every member and client", field: func(f *File) any { return &f.Cluster.Peers }},
 		{key: "cluster.health_interval", flag: "health-interval", usage: "cluster: how often members poll each other's health endpoint (each member's --listen port + 1)", spec: positive(), field: func(f *File) any { return &f.Cluster.HealthInterval }},
+		{key: "tls.cert_file", flag: "tls-cert", usage: "TLS for remoting and the cluster: this node's certificate (PEM), served and presented to peers that ask", field: func(f *File) any { return &f.TLS.CertFile }},
+		{key: "tls.key_file", flag: "tls-key", usage: "TLS: the key of --tls-cert (PEM)", field: func(f *File) any { return &f.TLS.KeyFile }},
+		{key: "tls.ca_file", flag: "tls-ca", usage: "TLS: the CAs peers' certificates must chain to (PEM; default the system's)", field: func(f *File) any { return &f.TLS.CAFile }},
+		{key: "tls.client_ca_file", flag: "tls-client-ca", usage: "TLS: the CAs callers' certificates must chain to (PEM; default --tls-ca)", field: func(f *File) any { return &f.TLS.ClientCAFile }},
+		{key: "tls.client_auth", flag: "tls-client-auth", usage: "TLS: none, request (verify a caller's certificate if given) or require (mutual TLS)",
+			spec: spec{enum: []string{string(actors.ClientAuthNone), string(actors.ClientAuthRequest), string(actors.ClientAuthRequire)}}, field: func(f *File) any { return &f.TLS.ClientAuth }},
+		{key: "tls.server_name", flag: "tls-server-name", usage: "TLS: the name peers' certificates must carry (default the host dialed)", field: func(f *File) any { return &f.TLS.ServerName }},
+		{key: "tls.allowed_names", flag: "tls-allowed-names", usage: "TLS: admit only callers whose certificate carries one of these names (CN, DNS or URI SAN); needs --tls-client-auth require", field: func(f *File) any { return &f.TLS.AllowedNames }},
+		{key: "auth.secret_file", flag: "secret-file", usage: "a file holding the shared secret every caller must present (at least 32 bytes; the same on every node)", field: func(f *File) any { return &f.Auth.SecretFile }},
 	}
 	for _, k := range retentionKeys {
 		s = append(s, setting{key: "retention." + k.key, spec: k.spec, field: func(f *File) any { return k.def(&f.Retention.Default) }})

@@ -3,8 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"

@@ -57,3 +57,7 @@ func NewRoutedClient(root *actor.RootContext, route func(scope string) *actor.PI
 // MoveRetries is how many times a Client resends a request answered
 // scope_moved.
 const MoveRetries = moveRetries
+
+// SetPlacement gives the server a share of the scopes, as a member of a
+// shared-store cluster gets from its view of the live members.
+func SetPlacement(s *Server, owns func(scope string) bool) { s.replacePlacement(owns, nil) }

@@ -112,6 +112,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if storeURL != "" && clusterName != "" && len(file.Hooks) > 0 {
+		return errors.New("hooks: not served by the members of a shared-store cluster yet (each member would deliver every notification of the shared log); remove the hooks section, or run them on a standalone server")
+	}
 	// where says what the store is, for the log: the data file, or the
 	// database (host:port/name, no credentials).
 	var (
@@ -192,9 +195,6 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	jattrs = append(where, jattrs...)
 
 	if shared != nil {
-		if clusterName != "" && len(file.Hooks) > 0 {
-			return errors.New("hooks: not served by the members of a shared-store cluster yet (each member would deliver every notification of the shared log); remove the hooks section, or run them on a standalone server")
-		}
 		if clusterName == "" {
 			// Fencing on for a standalone server too: should a second server
 			// ever be started on the same database, the two take scopes from

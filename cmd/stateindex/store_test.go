@@ -46,7 +46,17 @@ func TestServeRefusesAStoreItCannotOpen(t *testing.T) {
 		_, err := os.Stat(dir)
 		assert.True(t, os.IsNotExist(err), "nothing created on disk")
 	}
+	cfgFile := filepath.Join(t.TempDir(), "si.yaml")
+	require.NoError(t, os.WriteFile(cfgFile, []byte("hooks:\n  - name: h\n    on: [finished]\n    actor: 127.0.0.1:9/x\n"), 0o600))
 	var out, errb bytes.Buffer
+	code := run([]string{"serve", "--config", cfgFile, "--data", dir, "--store", "postgres://si@127.0.0.1:1/si", "--listen", "127.0.0.1:7590",
+		"--cluster", "c", "--peers", "127.0.0.1:7592"}, &out, &errb)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errb.String(), "hooks: not served by the members of a shared-store cluster yet")
+	_, err := os.Stat(dir)
+	assert.True(t, os.IsNotExist(err), "nothing created on disk")
+	out.Reset()
+	errb.Reset()
 	assert.Equal(t, 1, run([]string{"verify", "--store", "db:5432"}, &out, &errb))
 	assert.Contains(t, errb.String(), "want a postgres:// or postgresql:// URL, or env:NAME")
 	assert.Equal(t, 1, run([]string{"inspect", "--store", "env:"}, &out, &errb))

@@ -262,6 +262,10 @@ func OpenPostgres(ctx context.Context, url string, opts *PostgresOptions) (*Post
 	// Durable before the reply, whatever the server's or the role's
 	// default: every session commits with its WAL flushed.
 	cc.RuntimeParams["synchronous_commit"] = "on"
+	// The store's locking is written for READ COMMITTED (a lock waited for
+	// is then taken on the row's latest version, not refused as a
+	// serialization failure), whatever default the server or role sets.
+	cc.RuntimeParams["default_transaction_isolation"] = "read committed"
 	cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(o.IdleInTransactionTimeout.Milliseconds(), 10)
 	if cc.RuntimeParams["application_name"] == "" {
 		cc.RuntimeParams["application_name"] = "stateindex"

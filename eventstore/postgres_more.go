@@ -681,8 +681,11 @@ func (s *PostgresStore) Checkpoints(ctx context.Context, stream string, fn func(
 	}
 	var out []Checkpoint
 	var damaged []error
-	rows, _ := s.pool.Query(ctx, `SELECT stream, version, checkpoint FROM si_checkpoints WHERE stream = $1 OR $1 = ''
-ORDER BY stream, version`, stream)
+	q, args := `SELECT stream, version, checkpoint FROM si_checkpoints ORDER BY stream, version`, []any(nil)
+	if stream != "" {
+		q, args = `SELECT stream, version, checkpoint FROM si_checkpoints WHERE stream = $1 ORDER BY version`, []any{stream}
+	}
+	rows, _ := s.pool.Query(ctx, q, args...)
 	for rows.Next() {
 		var (
 			name string

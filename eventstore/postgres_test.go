@@ -998,3 +998,33 @@ WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO si_owners%' AND query
 		})
 	}
 }
+
+// A server or role whose default isolation is SERIALIZABLE changes
+// nothing: the store's sessions run READ COMMITTED, so appends and
+// snapshots racing on one stream wait for each other instead of failing
+// with serialization errors.
+func TestPostgresSerializableDefault(t *testing.T) {
+	_, u := pgSchema(t)
+	s := openPG(t, withParam(t, u, "default_transaction_isolation", "serializable"), nil)
+	ctx := t.Context()
+	_, err := s.Append(ctx, "s", eventstore.NoStream, []eventstore.Event{{Type: "x"}})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for range 10 {
+				if g%2 == 0 {
+					_, err := s.Append(context.Background(), "s", eventstore.Any, []eventstore.Event{{Type: "x"}})
+					assert.NoError(t, err)
+				} else {
+					assert.NoError(t, s.SaveSnapshot(context.Background(), "s", eventstore.Snapshot{Version: 1, Format: 1}))
+					assert.NoError(t, s.TableWrite(context.Background(), "t", []eventstore.TableOp{{Key: []byte("k"), Value: []byte{byte(g)}}}))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	info, err := s.Stream(ctx, "s")
+	require.NoError(t, err)
+	assert.Equal(t, int64(41), info.Version)
+}

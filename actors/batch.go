@@ -1,7 +1,7 @@
 package actors
 
 import (
-	"context"
+	"errors"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -99,15 +99,17 @@ func (b *batch) add(h *handler, req messages.Request, to replyTo, w *write) bool
 }
 
 // appendBatch appends a batch's events (in one store append) and calls
-// done with the outcome, on another goroutine or the store's.
+// done with the outcome, on another goroutine or the store's. The append
+// carries the scope's fence (appendContext).
 func (h *handler) appendBatch(b *batch, done func(eventstore.AppendResult, error)) {
+	ctx := appendContext(b.e)
 	if len(b.writes) == 1 {
 		w := b.writes[0]
 		if a, ok := h.store.(eventstore.AsyncAppender); ok {
-			a.AppendAsync(context.Background(), w.e.st.Scope, w.expected, w.enc, done)
+			a.AppendAsync(ctx, w.e.st.Scope, w.expected, w.enc, done)
 			return
 		}
-		go func() { done(h.store.Append(context.Background(), w.e.st.Scope, w.expected, w.enc)) }()
+		go func() { done(h.store.Append(ctx, w.e.st.Scope, w.expected, w.enc)) }()
 		return
 	}
 	var enc []eventstore.Event
@@ -116,10 +118,10 @@ func (h *handler) appendBatch(b *batch, done func(eventstore.AppendResult, error
 	}
 	scope, expected := b.e.st.Scope, b.writes[0].expected
 	if a, ok := h.store.(eventstore.AsyncAppender); ok {
-		a.AppendAsync(context.Background(), scope, expected, enc, done)
+		a.AppendAsync(ctx, scope, expected, enc, done)
 		return
 	}
-	go func() { done(h.store.Append(context.Background(), scope, expected, enc)) }()
+	go func() { done(h.store.Append(ctx, scope, expected, enc)) }()
 }
 
 // commitNow runs a single write to the end on the caller's goroutine (for
@@ -131,7 +133,7 @@ func (h *handler) commitNow(req messages.Request, w *write) messages.Reply {
 		h.settle(b, eventstore.AppendResult{}, nil)
 		return w.reply
 	}
-	res, err := h.store.Append(context.Background(), w.e.st.Scope, w.expected, w.enc)
+	res, err := h.store.Append(appendContext(w.e), w.e.st.Scope, w.expected, w.enc)
 	h.settle(b, res, err)
 	return w.reply
 }
@@ -194,6 +196,10 @@ func (s *shard) committed(c actor.Context, m *committed) {
 	b := m.b
 	scope := b.e.st.Scope
 	kept := s.h.settle(b, m.res, m.err)
+	// A deposed owner (fence.go) fails the batch whole: the replies decided
+	// in between, and what ended it, were decided on a state the scope's
+	// new owner may have moved past, and are not handled again here.
+	moved := errors.Is(m.err, eventstore.ErrFenced)
 	if kept {
 		// Its waits may have ended (checked against the batch's own state,
 		// which the cache may have evicted since).
@@ -215,18 +221,25 @@ func (s *shard) committed(c actor.Context, m *committed) {
 			s.reply(c, it.to, it.req, it.w.reply) // the append's error
 		case kept:
 			s.reply(c, it.to, it.req, it.reply)
+		case moved:
+			s.reply(c, it.to, it.req, failure(it.req, toWire(m.err)))
 		default:
 			again = append(again, envelope{it.req, it.to})
 		}
 	}
 	if t := b.tail; t != nil {
-		if kept {
+		switch {
+		case kept:
 			busy = s.run(c, scope, t.req, t.to, t.o)
-		} else {
+		default:
 			if t.o.w != nil {
 				s.h.abandon(t.o.w)
 			}
-			again = append(again, envelope{t.req, t.to})
+			if moved {
+				s.reply(c, t.to, t.req, failure(t.req, toWire(m.err)))
+			} else {
+				again = append(again, envelope{t.req, t.to})
+			}
 		}
 	}
 	if len(again) > 0 {

@@ -23,6 +23,12 @@ import (
 // A mutating request whose RequestID is empty gets a fresh one, written into
 // the request itself, so that resending the same request after ErrTimeout
 // applies it at most once.
+//
+// A request answered scope_moved — the server was deposed as the scope's
+// owner in a shared store and applied nothing — is resent with the same
+// request id, up to moveRetries times within its deadline, so that the
+// caller sees it applied once by the scope's current owner; ErrScopeMoved
+// reaches the caller only when those resends were refused too.
 type Client struct {
 	root    *actor.RootContext
 	route   func(scope string) *actor.PID
@@ -94,6 +100,15 @@ func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request
 		send = c.request
 	}
 	res, err := send(ctx, req, time.Until(dl)+backstopGrace)
+	for attempt := 0; attempt < moveRetries && scopeMoved(res, err); attempt++ {
+		// The server was deposed as the scope's owner and wrote nothing
+		// (fence.go): resend, with the same request id, to whoever holds
+		// the scope now.
+		if !backOff(ctx, moveBackoff[attempt]) {
+			break // the deadline ends first: the caller gets scope_moved, a definite "not applied"
+		}
+		res, err = send(ctx, req, time.Until(dl)+backstopGrace)
+	}
 	if err != nil {
 		return zero, err
 	}
@@ -110,6 +125,40 @@ func call[R messages.Reply](ctx context.Context, c *Client, req messages.Request
 		return zero, r.Failure()
 	}
 	return zero, messages.Errorf(messages.CodeInternal, "unexpected reply %T to %T", res, req)
+}
+
+// moveRetries bounds the resends of a request answered scope_moved, and
+// moveBackoff is the pause before each: the first goes at once (the
+// deposed server dropped the scope; the resend finds its current owner),
+// later ones back off, so that two servers that both take a scope over
+// again and again (placement disagreeing while membership changes) are
+// not hammered. Each stays within the request's deadline.
+const moveRetries = 4
+
+var moveBackoff = [moveRetries]time.Duration{0, 5 * time.Millisecond, 25 * time.Millisecond, 100 * time.Millisecond}
+
+// scopeMoved reports whether a send came back scope_moved.
+func scopeMoved(res any, err error) bool {
+	if err != nil {
+		return errors.Is(err, ErrScopeMoved)
+	}
+	r, ok := res.(messages.Reply)
+	return ok && r != nil && r.Failure() != nil && r.Failure().Code == messages.CodeScopeMoved
+}
+
+// backOff waits d, or less if ctx ends first (then false).
+func backOff(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Do sends any request and returns its reply, of the type

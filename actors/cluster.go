@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,24 @@ import (
 // membership changes; none is needed: the store's expected version makes a
 // second writer of a scope fail instead of forking it, and request ids make
 // the retries safe.
+//
+// Shared-store mode (ClusterConfig.SharedStore; DESIGN §13): the members
+// share one store that fences (eventstore.Fencer: PostgreSQL), so any
+// member can serve any scope and placement follows the *live* members. Each
+// member registers the one kind SharedKind and serves any scope at its
+// gateway (RemotePID); a Client sends a scope's requests to its owner
+// under the live members it sees (SharedOwner: rendezvous hashing of the
+// scope over them, the same rule as HomeOf) — no grain lookup, so no
+// round trip to a placement actor and no five-second blocking Get. When a
+// member dies, its scopes' owner is recomputed as soon as the Client sees
+// it marked down (about one health interval), and the new owner loads
+// them from the shared store. A member follows its own view of the live
+// members the same way and drops the scopes it no longer owns
+// (placement.go). Views can differ for a moment (each node polls on its
+// own) and for the length of a rolling restart that changes the member
+// list; a scope served by two members meanwhile is safe because every
+// activation takes the next owner epoch and every append checks it: the
+// older owner's writes are refused, and its caller resends.
 
 // ClusterConfig describes a StateIndex cluster. Every member and every
 // client must use the same Name, Members and Shards.
@@ -66,11 +85,24 @@ type ClusterConfig struct {
 	// Logger receives a line each time a storage member comes up or goes
 	// down, as this node sees it (default slog.Default()).
 	Logger *slog.Logger
+	// SharedStore selects shared-store mode: every member serves any
+	// scope from one store they all share (a store that implements
+	// eventstore.Fencer, such as PostgreSQL), placed on the live members;
+	// a member that dies has its scopes served by the others. Members and
+	// clients of one cluster must agree on it. Off (the default): each
+	// member keeps its scopes in its own store at their fixed home.
+	SharedStore bool
 	// Security, when set, puts remoting and the health endpoint under TLS
 	// and the shared secret (see NewSecurity); every node of the cluster
 	// needs an equivalent one. Nil: plaintext, anyone admitted.
 	Security *Security
 }
+
+// SharedKind is the cluster kind every member of a shared-store cluster
+// registers: the topology's members that host it are the live storage
+// members. (Its grains, if anyone asks the cluster for one, serve any
+// scope, as the member's gateway does.)
+const SharedKind = "stateindex"
 
 func (cc ClusterConfig) withDefaults() (ClusterConfig, error) {
 	if cc.Name == "" {
@@ -188,6 +220,9 @@ type ClusterNode struct {
 	provider *healthProvider
 	router   *clusterRouter
 	stopOnce sync.Once
+	// onLive, on a member of a shared-store cluster, is told each new
+	// list of live members (its share of the scopes follows it).
+	onLive func(live []string)
 }
 
 // StartMember starts the StateIndex on store as storage member self of the
@@ -204,11 +239,14 @@ func StartMember(sys *actor.ActorSystem, store eventstore.Store, cfg Config, cc 
 	if !slices.Contains(cc.Members, self) {
 		return nil, fmt.Errorf("actors: %s is not one of the cluster's members %v", self, cc.Members)
 	}
+	if cc.SharedStore {
+		return startSharedMember(sys, store, cfg, cc, self)
+	}
 	if err := claimIdentity(store, cc, self); err != nil {
 		return nil, err
 	}
 	cfg.Shards = cc.Shards
-	srv, err := start(sys, store, cfg)
+	srv, err := start(sys, store, cfg, startOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +268,50 @@ func StartMember(sys *actor.ActorSystem, store eventstore.Store, cfg Config, cc 
 	}
 	// The outbox settles through the cluster Client: a reserving scope
 	// may live on another member (the work's scopes are this member's).
+	if !srv.cfg.OutboxOff {
+		srv.outbox.start(srv.Client(), n.Client())
+	}
+	return n, nil
+}
+
+// startSharedMember is StartMember in shared-store mode: no identity to
+// claim (the store is everyone's), the kind SharedKind, a gateway that
+// serves any scope, and a share of the scopes that follows this member's
+// view of the live members.
+func startSharedMember(sys *actor.ActorSystem, store eventstore.Store, cfg Config, cc ClusterConfig, self string) (*ClusterNode, error) {
+	if _, ok := store.(eventstore.Fencer); !ok {
+		return nil, fmt.Errorf("actors: a shared-store cluster needs a store that fences a scope's owners (eventstore.Fencer: PostgreSQL); %T does not, "+
+			"and members writing one scope through it could not tell who owns it", store)
+	}
+	cfg.Shards = cc.Shards
+	if cfg.Owner == "" {
+		// Fencing on: every scope this member activates takes the next
+		// owner epoch, and a member that restarts is a new owner.
+		cfg.Owner = OwnerName(self)
+	}
+	srv, err := start(sys, store, cfg, startOptions{shared: true, registryTable: memberTable(registryTable, self)})
+	if err != nil {
+		return nil, err
+	}
+	n := &ClusterNode{sys: sys, cc: cc, self: self, srv: srv}
+	n.onLive = func(live []string) {
+		srv.replacePlacement(func(scope string) bool { return SharedOwner(scope, live) == self }, live)
+	}
+	kind := cluster.NewKind(SharedKind, actor.PropsFromProducer(func() actor.Actor {
+		return &gateway{srv: srv, limit: cc.MaxMessageBytes}
+	}))
+	// The gateway first: the others see this member as soon as its health
+	// endpoint answers, a second before Proto.Actor's StartMember returns,
+	// and send it their requests at once.
+	if n.gateway, err = srv.expose(cc.MaxMessageBytes, nil); err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	if err := n.join(self, true, kind); err != nil {
+		_ = sys.Root.PoisonFuture(n.gateway).Wait()
+		srv.Stop()
+		return nil, err
+	}
 	if !srv.cfg.OutboxOff {
 		srv.outbox.start(srv.Client(), n.Client())
 	}
@@ -319,7 +401,7 @@ func (n *ClusterNode) join(addr string, member bool, kind *cluster.Kind) (err er
 	conf := cluster.Configure(n.cc.Name, n.provider, disthash.New(), rc, opts...)
 	n.cl = cluster.New(n.sys, conf)
 	// Subscribe before the cluster starts, so that no topology is missed.
-	n.router = newClusterRouter(n.sys, n.cl, n.cc)
+	n.router = newClusterRouter(n.sys, n.cl, n.cc, n.self, n.onLive)
 	defer func() {
 		if p := recover(); p != nil {
 			n.provider.Shutdown(false)
@@ -357,8 +439,13 @@ func splitListen(addr string) (string, int, error) {
 }
 
 // Client returns a Client that reaches every scope of the cluster at its
-// home member.
+// home member (in shared-store mode: at its owner among the live members).
 func (n *ClusterNode) Client() *Client {
+	if n.cc.SharedStore {
+		// One store, one log: a global request goes to any live member,
+		// and write positions are the store's.
+		return &Client{root: n.sys.Root, timeout: n.cc.RequestTimeout, newID: NewRequestID, send: n.router.send, positions: newWritePositions()}
+	}
 	return &Client{root: n.sys.Root, timeout: n.cc.RequestTimeout, newID: NewRequestID, send: n.router.send,
 		members: func() []string { return slices.Clone(n.cc.Members) }, sendTo: n.router.sendTo,
 		positions: newWritePositions(), home: func(scope string) string { return HomeOf(scope, n.cc.Members) }}
@@ -385,8 +472,17 @@ func (n *ClusterNode) HealthAddr() string {
 // Live lists the storage members this node currently sees up, sorted.
 func (n *ClusterNode) Live() []string { return n.router.liveMembers() }
 
-// Home is scope's home member.
-func (n *ClusterNode) Home(scope string) string { return HomeOf(scope, n.cc.Members) }
+// Home is scope's home member; in shared-store mode, the live member that
+// serves it as this node sees them ("" if none is live).
+func (n *ClusterNode) Home(scope string) string {
+	if n.cc.SharedStore {
+		return SharedOwner(scope, n.router.liveMembers())
+	}
+	return HomeOf(scope, n.cc.Members)
+}
+
+// Shared reports whether the cluster is in shared-store mode.
+func (n *ClusterNode) Shared() bool { return n.cc.SharedStore }
 
 // Stop leaves the cluster. A member first stops taking remote requests,
 // answers the ones it holds, then leaves (Proto.Actor's graceful leave takes
@@ -420,10 +516,17 @@ type clusterRouter struct {
 	shards  int
 	limit   int
 	log     *slog.Logger
+	// shared: a shared-store cluster (the scopes follow the live members);
+	// self is this node's name if it is a member; onLive hears each new
+	// list of live members (nil on a client).
+	shared bool
+	self   string
+	onLive func(live []string)
 
 	mu sync.Mutex
 	// live holds the storage members in the topology that serve their kind.
 	live    map[string]*memberState
+	order   []string              // live's names, sorted
 	pids    map[string]*actor.PID // "member/shard" → grain
 	lookups map[string]*grainLookup
 	// first is closed when the first topology arrives.
@@ -442,8 +545,9 @@ type grainLookup struct {
 	pid  *actor.PID
 }
 
-func newClusterRouter(sys *actor.ActorSystem, cl *cluster.Cluster, cc ClusterConfig) *clusterRouter {
+func newClusterRouter(sys *actor.ActorSystem, cl *cluster.Cluster, cc ClusterConfig, self string, onLive func([]string)) *clusterRouter {
 	r := &clusterRouter{t: transportFor(sys), cl: cl, members: cc.Members, shards: cc.Shards, limit: cc.MaxMessageBytes, log: cc.Logger,
+		shared: cc.SharedStore, self: self, onLive: onLive,
 		live: map[string]*memberState{}, pids: map[string]*actor.PID{}, lookups: map[string]*grainLookup{}, first: make(chan struct{})}
 	sys.EventStream.SubscribeWithPredicate(func(evt any) { r.onTopology(evt.(*cluster.ClusterTopology)) },
 		func(evt any) bool { _, ok := evt.(*cluster.ClusterTopology); return ok })
@@ -456,6 +560,14 @@ func (r *clusterRouter) onTopology(t *cluster.ClusterTopology) {
 	now := map[string]string{}
 	for _, m := range t.Members {
 		addr := m.Address()
+		if r.shared {
+			// Any member serving the kind counts, listed here or not: during
+			// a rolling restart that changes the list, the lists differ.
+			if slices.Contains(m.Kinds, SharedKind) {
+				now[addr] = m.Id
+			}
+			continue
+		}
 		if _, ok := slices.BinarySearch(r.members, addr); ok && slices.Contains(m.Kinds, KindOf(addr)) {
 			now[addr] = m.Id
 		}
@@ -479,7 +591,33 @@ func (r *clusterRouter) onTopology(t *cluster.ClusterTopology) {
 		}
 	}
 	live := len(r.live)
+	changed := len(gone) > 0 || len(came) > 0
+	if changed || r.order == nil {
+		order := make([]string, 0, len(r.live))
+		for addr := range r.live {
+			order = append(order, addr)
+		}
+		slices.Sort(order)
+		r.order = order
+	}
+	order := r.order
 	r.mu.Unlock()
+	if r.shared {
+		// Tell the member its new share before anything else: its shards
+		// drop what moved away.
+		if r.onLive != nil && (changed || !r.firstSeen()) {
+			r.onLive(order)
+		}
+		for _, addr := range gone {
+			r.log.Warn("stateindex: storage member down: the live members serve its scopes from the shared store", "member", addr, "live", strings.Join(order, ","))
+			r.t.failAll(addr, &OutcomeUnknownError{Address: addr, Reason: "the member serving the scope was marked down"})
+		}
+		for _, addr := range came {
+			r.log.Info("stateindex: storage member up", "member", addr, "live", strings.Join(order, ","))
+		}
+		r.firstOnce.Do(func() { close(r.first) })
+		return
+	}
 	for _, addr := range gone {
 		r.log.Warn("stateindex: storage member down: its scopes are unavailable until it is back", "member", addr, "live", live, "members", len(r.members))
 		r.t.failAll(addr, &OutcomeUnknownError{Address: addr, Reason: "its home member was marked down"})
@@ -490,15 +628,20 @@ func (r *clusterRouter) onTopology(t *cluster.ClusterTopology) {
 	r.firstOnce.Do(func() { close(r.first) })
 }
 
+// firstSeen reports whether a topology was seen before this one.
+func (r *clusterRouter) firstSeen() bool {
+	select {
+	case <-r.first:
+		return true
+	default:
+		return false
+	}
+}
+
 func (r *clusterRouter) liveMembers() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.live))
-	for addr := range r.live {
-		out = append(out, addr)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Clone(r.order)
 }
 
 func grainKey(member string, shard int) string { return member + "/" + strconv.Itoa(shard) }
@@ -508,8 +651,12 @@ func scopeUnavailable(scope, home, why string) *messages.Error {
 		"scope %q is unavailable: its home member %s %s; it is never served elsewhere (that would fork its history), and the request was not applied", scope, home, why)
 }
 
-// send carries one request to its scope's grain.
+// send carries one request to its scope's grain (in shared-store mode:
+// to its owner's gateway, sendShared).
 func (r *clusterRouter) send(ctx context.Context, req messages.Request, timeout time.Duration) (any, error) {
+	if r.shared {
+		return r.sendShared(ctx, req, timeout)
+	}
 	if messages.IsGlobal(req) {
 		return nil, messages.Errorf(messages.CodeBadRequest, "%s names no scope: a cluster Client sends it to each member (its Client method does)", req.Op())
 	}
@@ -631,4 +778,78 @@ func (r *clusterRouter) resolve(key string, l *grainLookup, home string, shard i
 	l.pid = pid
 	r.mu.Unlock()
 	close(l.done)
+}
+
+// sendShared carries one request of a shared-store cluster to the gateway
+// of the live member that owns its scope (a global request: to this node if
+// it is a live member, else to one live member). What was certainly not
+// applied is resent, re-placed, until the deadline: a request that was not
+// delivered (the member stopped, or was not reachable), after a pause that
+// ends early when the member is marked down; and a scope's request whose
+// member was lost with it in flight — it carries its request id (the
+// Client gives every mutating request one before sending), so the new
+// owner applies it at most once, or answers it as the lost member did.
+func (r *clusterRouter) sendShared(ctx context.Context, req messages.Request, timeout time.Duration) (any, error) {
+	msg, err := wire.Encode(req, r.limit)
+	if err != nil {
+		return nil, err
+	}
+	global := messages.IsGlobal(req)
+	key := req.ScopeName()
+	if global {
+		key = globalKey(req.Op())
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		r.mu.Lock()
+		owner := SharedOwner(key, r.order)
+		if global && r.live[r.self] != nil {
+			owner = r.self
+		}
+		st := r.live[owner]
+		r.mu.Unlock()
+		if st == nil {
+			what := fmt.Sprintf("scope %q", key)
+			if global {
+				what = req.Op().String()
+			}
+			return nil, messages.Errorf(messages.CodeUnavailable,
+				"%s is unavailable: no storage member is up (or this node has not seen one yet); the request was not applied", what)
+		}
+		pid := RemotePID(owner)
+		res, err := r.t.request(ctx, pid, msg, time.Until(deadline))
+		var lost *OutcomeUnknownError
+		switch {
+		case errors.Is(err, errNotDelivered):
+			if !r.pause(ctx, st, deadline) {
+				return nil, messages.Errorf(messages.CodeUnavailable,
+					"%s: member %s did not receive the request and no other member took its place before the deadline; not applied", key, owner)
+			}
+			continue
+		case errors.As(err, &lost) && !global && ctx.Err() == nil && time.Now().Before(deadline):
+			if !r.pause(ctx, st, deadline) {
+				return nil, err
+			}
+			continue
+		}
+		return unwrapReply(pid, res, err)
+	}
+}
+
+// pause waits before a resend: until member st is marked down, a short
+// while passes, or the deadline or ctx ends (false).
+func (r *clusterRouter) pause(ctx context.Context, st *memberState, deadline time.Time) bool {
+	wait := min(50*time.Millisecond, time.Until(deadline))
+	if wait <= 0 {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-st.down:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return ctx.Err() == nil && time.Now().Before(deadline)
 }

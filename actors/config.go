@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stateindex/stateindex/compaction"
+	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
 )
 
@@ -129,6 +130,18 @@ type Config struct {
 	// open a file to read it; Server.RunStateExpiry still runs a pass, and
 	// expired keys stay invisible to reads either way).
 	StateExpiryCheck time.Duration
+	// Owner turns fencing on (DESIGN §13) for a store that several servers
+	// share (an eventstore.Fencer: PostgreSQL): it names this server as
+	// the owner of the scopes it activates — its member address plus a
+	// per-process nonce (OwnerName), so that a restarted member is a new
+	// owner. Each time the server loads a scope into its cache, for any
+	// request, it takes the scope's next epoch, and every append of the
+	// scope carries that fence: once another server has taken the scope,
+	// this one's writes are refused by the store, it drops the scope and
+	// answers scope_moved (ErrScopeMoved), which the Client retries. Start
+	// refuses an Owner with a store that is not a Fencer. Empty: no
+	// fencing (a store of one server: bbolt).
+	Owner string
 }
 
 // DefaultConfig returns the defaults. TokenKey is left empty: Start refuses
@@ -243,8 +256,19 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = d.Logger
 	}
+	if c.Owner != "" {
+		if err := eventstore.CheckOwner(c.Owner); err != nil {
+			return c, fmt.Errorf("actors: Owner: %w", err)
+		}
+	}
 	return c, nil
 }
+
+// OwnerName returns an owner name for Config.Owner: member (the server's
+// address as the cluster knows it) and a random nonce minted now, so
+// that each process is an owner of its own — a member that restarts
+// deposes its previous self rather than writing on under its fences.
+func OwnerName(member string) string { return member + "#" + NewID()[:16] }
 
 // NewID returns a random 128-bit id as 32 hex characters. The bits come
 // from ChaCha8 generators seeded from crypto/rand (a syscall per id showed

@@ -1227,6 +1227,9 @@ func (h *handler) resumeState(st *frames.State, info LoadInfo, start time.Time) 
 	}
 	out.Recovery.FromSnapshot = info.FromSnapshot
 	out.Recovery.EventsReplayed = info.Replayed
+	if e, ok := h.cache.Peek(st.Scope); ok && e.st == st {
+		out.Recovery.Owner, out.Recovery.Epoch = e.fence.Owner, e.fence.Epoch
+	}
 	out.Recovery.RecoveryMicros = time.Since(start).Microseconds()
 	return out, nil
 }

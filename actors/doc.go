@@ -39,8 +39,12 @@
 //	               its JSON and msgpack helpers
 //	remote.go      remoting: the gateway remote callers address, the client transport
 //	               (the wire codec is package actors/wire)
-//	cluster.go     clustering: placement of scopes on their home member, members and
-//	               client nodes; health.go the membership provider (health polls)
+//	cluster.go     clustering: placement of scopes on their home member (node-local
+//	               stores) or on the live members (a shared store), members and client
+//	               nodes; health.go the membership provider (health polls); placement.go
+//	               a server's share of the scopes on a shared store
+//	fence.go       fencing on a store servers share (Config.Owner): the epoch a loaded
+//	               scope takes, the fence its appends carry, what a deposed owner does
 //	tls.go         keeping callers out: TLS, mutual TLS and a shared secret
 //	               (Security, WithSecurity, ClusterConfig.Security)
 //	config.go      Config and its defaults; errors.go the sentinels and the mapping of
@@ -76,6 +80,11 @@
 //   - Deadlines. The context's deadline (or Config.RequestTimeout without
 //     one) bounds the wait. ErrTimeout on a mutation means the outcome is
 //     unknown: resend it with the same request id.
+//   - Shared stores. With Config.Owner set, a server that another took a
+//     scope from answers that scope's next write ErrScopeMoved (nothing
+//     applied); the Client resends it with the same request id a few
+//     times. Until that write, the deposed server's reads of the scope
+//     may be stale (fence.go).
 //   - Stop waits for the writes in flight and the background snapshots;
 //     close the store only after it.
 //   - Remoting admits anyone unless given a Security (WithSecurity,

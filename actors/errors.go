@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/stateindex/stateindex/budget"
 	"github.com/stateindex/stateindex/compaction"
@@ -67,6 +68,12 @@ var (
 	ErrStateTooLarge    = messages.ErrStateTooLarge
 	ErrStateConflict    = messages.ErrStateConflict
 	ErrStateKeyNotFound = messages.ErrStateKeyNotFound
+	// ErrScopeMoved: the server that answered was deposed as the scope's
+	// owner in a shared store (another server took the scope over); the
+	// request was not applied and the server dropped the scope. The
+	// Client resends it with the same request id a few times within its
+	// deadline (moveRetries) before it returns this.
+	ErrScopeMoved = messages.ErrScopeMoved
 	// ErrTimeout: the reply did not arrive before the deadline. For a
 	// mutating request the outcome is unknown: resend it with the same
 	// request id, which applies it at most once.
@@ -118,6 +125,7 @@ var errorTable = []struct {
 	{budget.ErrLimitExceeded, messages.CodeLimitExceeded},
 	{compaction.ErrCriticalExceedsBudget, messages.CodeCriticalExceedsBudget},
 	{frames.ErrBudgetTooSmall, messages.CodeBudgetTooSmall},
+	{eventstore.ErrFenced, messages.CodeScopeMoved},
 	{eventstore.ErrConflict, messages.CodeVersionConflict},
 	{eventstore.ErrRecordTooLarge, messages.CodeTooLarge},
 	{eventstore.ErrWritesDisabled, messages.CodeStoreFailed},
@@ -172,6 +180,12 @@ func toWire(err error) *messages.Error {
 	var ce *eventstore.ConflictError
 	if errors.As(err, &ce) {
 		out.Version = ce.Actual
+	}
+	var fe *eventstore.FencedError
+	if errors.As(err, &fe) {
+		out.Owner, out.Epoch = fe.Current.Owner, fe.Current.Epoch
+		out.Message = fmt.Sprintf("scope %q moved to owner %s (epoch %d); this server held epoch %d and wrote nothing of the request: "+
+			"retry it with the same request id", fe.Stream, fe.Current.Owner, fe.Current.Epoch, fe.Held.Epoch)
 	}
 	if errors.Is(err, compaction.ErrInvalidPriority) || isCompactionInput(err) {
 		out.Code = messages.CodeInvalidArgument

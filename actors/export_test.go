@@ -1,5 +1,11 @@
 package actors
 
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
 // SetOutboxHook sets the outbox worker's test hook: fn is called at
 // "settle" (before a delivery's SettleSpend) and at "ack" (after its reply,
 // before the AckSettlement) with the work's scope; true stops the delivery
@@ -40,3 +46,18 @@ func ParseExpiryRow(k []byte) (at int64, scope string, ok bool) { return parseEx
 
 // StateExpiryBatch is how many scopes one pass of the state expirer takes.
 const StateExpiryBatch = stateExpiryBatch
+
+// NewRoutedClient returns a Client that sends each request to the PID
+// route returns for its scope at that moment: a test's placement, which
+// may move a scope between servers of one actor system.
+func NewRoutedClient(root *actor.RootContext, route func(scope string) *actor.PID, timeout time.Duration) *Client {
+	return &Client{root: root, timeout: timeout, newID: NewRequestID, route: route, positions: newWritePositions()}
+}
+
+// MoveRetries is how many times a Client resends a request answered
+// scope_moved.
+const MoveRetries = moveRetries
+
+// SetPlacement gives the server a share of the scopes, as a member of a
+// shared-store cluster gets from its view of the live members.
+func SetPlacement(s *Server, owns func(scope string) bool) { s.replacePlacement(owns, nil) }

@@ -50,6 +50,9 @@ type handler struct {
 	// sx is the server's state expirer (state_expiry.go): a ChangeState
 	// that sets a TTL writes its schedule's row first.
 	sx *stateExpirer
+	// fencer is the shared store's owner registry when fencing is on
+	// (Config.Owner set): a scope loaded takes its next epoch (fence.go).
+	fencer eventstore.Fencer
 }
 
 // entry is a cached scope.
@@ -71,10 +74,20 @@ type entry struct {
 	// known. Loaded, a scope knows one at its next expiry, if any: a row is
 	// written before any key with a TTL is.
 	stateRow int64
+	// fence is the owner epoch this server took when it loaded the scope
+	// (zero when fencing is off): every append of the scope carries it.
+	fence eventstore.Fence
 }
 
 func newHandler(cfg Config, store eventstore.Store, cacheScopes int, cacheBytes int64) (*handler, error) {
 	h := &handler{cfg: cfg, store: store, maxBytes: cacheBytes, log: cfg.Logger, inFlight: map[string]int{}, recounts: map[string]*recounting{}}
+	if cfg.Owner != "" {
+		f, ok := store.(eventstore.Fencer)
+		if !ok {
+			return nil, errNotFencer(cfg.Owner, store)
+		}
+		h.fencer = f
+	}
 	cache, err := simplelru.NewLRU[string, *entry](max(cacheScopes, 1), func(_ string, e *entry) { h.bytes -= e.size })
 	if err != nil {
 		return nil, err
@@ -166,9 +179,10 @@ func (h *handler) handleWith(req messages.Request, pre *precount) (out outcome) 
 }
 
 type loaded struct {
-	st   *frames.State
-	info LoadInfo
-	err  error
+	st    *frames.State
+	info  LoadInfo
+	fence eventstore.Fence
+	err   error
 }
 
 // loadJob rebuilds a cold scope off the shard, then handles req.
@@ -180,8 +194,16 @@ func (h *handler) loadJobThen(req messages.Request, then func(*entry)) *job {
 	scope := req.ScopeName()
 	return &job{scope: scope,
 		run: func() any {
+			// With fencing, the epoch is taken before the state is read:
+			// once it is, no earlier owner can append, so the state read
+			// after it holds every write the store will ever accept from
+			// them.
+			fence, err := h.acquire(scope)
+			if err != nil {
+				return loaded{err: err}
+			}
 			st, info, err := LoadState(context.Background(), h.store, scope, h.cfg.Recall(), h.log)
-			return loaded{st, info, err}
+			return loaded{st, info, fence, err}
 		},
 		finish: func(v any) outcome {
 			l := v.(loaded)
@@ -190,7 +212,8 @@ func (h *handler) loadJobThen(req messages.Request, then func(*entry)) *job {
 			}
 			if _, ok := h.cache.Peek(scope); !ok { // the scope was held: nothing can have loaded it meanwhile
 				h.put(scope, &entry{st: l.st, size: estimateState(l.st), snapVersion: l.info.SnapshotVersion,
-					snapBytes: l.info.SnapshotBytes, sinceSnap: l.info.ReplayedBytes, info: l.info, stateRow: l.st.NextStateExpiry()})
+					snapBytes: l.info.SnapshotBytes, sinceSnap: l.info.ReplayedBytes, info: l.info, stateRow: l.st.NextStateExpiry(),
+					fence: l.fence})
 			}
 			if e, ok := h.cache.Peek(scope); ok && then != nil {
 				then(e)
@@ -341,7 +364,7 @@ func (h *handler) mutate(req messages.MutatingRequest, d *opEntry, e *entry, inf
 		}
 		pre = nil
 	}
-	hdr := frames.Header{RequestID: m.RequestID, RequestHash: hash, Now: now, Reason: m.Reason}
+	hdr := frames.Header{RequestID: m.RequestID, RequestHash: hash, Now: now, Reason: m.Reason, Owner: e.fence.Owner, Epoch: e.fence.Epoch}
 	h.cur, h.pre = ct, nil
 	if pre != nil {
 		h.pre = pre.texts
@@ -476,6 +499,9 @@ func (h *handler) settle(b *batch, res eventstore.AppendResult, err error) (kept
 	}
 	if err != nil {
 		h.cache.Remove(st.Scope)
+		if errors.Is(err, eventstore.ErrFenced) {
+			h.deposed(b, err)
+		}
 		for _, w := range b.writes {
 			w.reply = failure(w.req, toWire(err))
 		}

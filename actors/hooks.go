@@ -78,6 +78,11 @@ const maxHookBackoff = 30 * time.Second
 // logged). It refuses a hook that cannot work, starting none. Stop stops
 // them (Server.Stop does too).
 func (s *Server) StartHooks(hooks []Hook, o HookOptions) (*Hooks, error) {
+	if s.shared && len(hooks) > 0 {
+		// Every member would run the same durable subscription over the
+		// one shared log, and deliver each notification once per member.
+		return nil, errors.New("hooks are not served by the members of a shared-store cluster yet: each member would deliver every notification of the shared log")
+	}
 	names := map[string]bool{}
 	for _, h := range hooks {
 		if err := checkHook(h, o); err != nil {

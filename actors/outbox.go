@@ -80,6 +80,8 @@ type OutboxStats struct {
 
 // outbox is the server's outbox worker.
 type outbox struct {
+	// owns says which scopes are this server's (placement.go).
+	owns   func(scope string) bool
 	log    *slog.Logger
 	key    []byte            // the ledger key: settlements are signed
 	tables eventstore.Tables // nil: no durable discovery (kicks only)
@@ -127,7 +129,7 @@ type obResult struct {
 }
 
 func newOutbox(s *Server) *outbox {
-	o := &outbox{log: s.cfg.Logger, key: s.cfg.LedgerKey, kicked: map[string]bool{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+	o := &outbox{owns: s.owns, log: s.cfg.Logger, key: s.cfg.LedgerKey, kicked: map[string]bool{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
 		entries: map[string]*obEntry{}, results: make(chan obResult, outboxConcurrency)}
 	if t, ok := s.store.(eventstore.Tables); ok {
 		o.tables = t
@@ -187,7 +189,9 @@ func (o *outbox) scan(ctx context.Context, force bool) error {
 		return true, nil
 	})
 	for _, sc := range scopes {
-		o.kick(sc, force)
+		if o.owns(sc) { // a shared store's table lists every member's scopes
+			o.kick(sc, force)
+		}
 	}
 	return err
 }

@@ -403,14 +403,19 @@ func (s *registryService) arm() {
 
 // startRegistry starts the follower and the service of ListFrames, when
 // the store keeps tables and the configuration does not turn it off.
-func (s *Server) startRegistry() error {
+func (s *Server) startRegistry(table string) error {
 	if s.cfg.RegistryOff {
 		return nil
 	}
-	if _, ok := s.store.(eventstore.Tables); !ok {
+	t, ok := s.store.(eventstore.Tables)
+	if !ok {
 		return nil // ListFrames is answered unavailable (not served)
 	}
-	f, err := newRegistryFollower(context.Background(), s.store, s.cfg.Logger, s.cfg.RegistryInterval)
+	var store eventstore.Store = s.store
+	if table != "" && table != registryTable {
+		store = renamedTables{Store: s.store, t: t, from: registryTable, to: table}
+	}
+	f, err := newRegistryFollower(context.Background(), store, s.cfg.Logger, s.cfg.RegistryInterval)
 	if err != nil {
 		return err
 	}

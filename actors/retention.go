@@ -72,6 +72,7 @@ type RetentionReport struct {
 
 // retainer runs passes; one at a time.
 type retainer struct {
+	owns  func(scope string) bool // this server's scopes (placement.go)
 	mu    sync.Mutex
 	store eventstore.Store
 	cfg   Config
@@ -90,7 +91,7 @@ func (s *Server) StartRetention(rc RetentionConfig) error {
 	if s.ret != nil {
 		return errors.New("actors: retention is already running")
 	}
-	s.ret = &retainer{store: s.store, cfg: s.cfg, rc: rc, c: s.Client(), stop: make(chan struct{}), done: make(chan struct{})}
+	s.ret = &retainer{owns: s.owns, store: s.store, cfg: s.cfg, rc: rc, c: s.Client(), stop: make(chan struct{}), done: make(chan struct{})}
 	if rc.Interval <= 0 {
 		close(s.ret.done)
 		return nil
@@ -159,7 +160,9 @@ func (r *retainer) pass(ctx context.Context) RetentionReport {
 	var rep RetentionReport
 	var scopes []string
 	if err := r.store.Streams(ctx, func(i eventstore.StreamInfo) error {
-		scopes = append(scopes, i.Stream)
+		if r.owns(i.Stream) { // a shared store holds every member's scopes
+			scopes = append(scopes, i.Stream)
+		}
 		return nil
 	}); err != nil {
 		rep.Errors = append(rep.Errors, err)

@@ -37,6 +37,22 @@ type Server struct {
 	outbox *outbox
 	// expiry removes scope state's expired keys (state_expiry.go).
 	expiry *stateExpirer
+	// place is this server's share of the scopes: every scope, except on
+	// a member of a shared-store cluster (placement.go).
+	place *placement
+	// shared: a member of a shared-store cluster.
+	shared bool
+}
+
+// startOptions are what a cluster member sets up before the shards start.
+type startOptions struct {
+	// shared: a member of a shared-store cluster. It owns no scope until
+	// its first topology (placement.go), and keeps its registry index in
+	// a table of its own (registryTable).
+	shared bool
+	// registryTable names the table of the registry index ("" is
+	// registryTable's default).
+	registryTable string
 }
 
 // Start spawns the StateIndex on sys over store. The store stays the
@@ -44,7 +60,7 @@ type Server struct {
 // store interface (what eventstore.Open returns beside its error), is
 // refused.
 func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server, error) {
-	s, err := start(sys, store, cfg)
+	s, err := start(sys, store, cfg, startOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +74,7 @@ func Start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 // start is Start without the outbox worker running: a cluster member
 // starts it once its cluster Client can reach every member (StartMember);
 // until then commits only note the scopes to deliver from.
-func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server, error) {
+func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config, o startOptions) (*Server, error) {
 	if sys == nil {
 		return nil, errors.New("actors: Start needs an actor system, got nil")
 	}
@@ -72,7 +88,13 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{sys: sys, cfg: cfg, store: store}
+	if _, ok := store.(eventstore.Fencer); cfg.Owner != "" && !ok {
+		return nil, errNotFencer(cfg.Owner, store)
+	}
+	s := &Server{sys: sys, cfg: cfg, store: store, place: &placement{}, shared: o.shared}
+	if o.shared {
+		s.place.set(ownsNone, nil)
+	}
 	s.outbox = newOutbox(s)
 	s.expiry = newStateExpirer(s)
 	perScopes := max(cfg.CacheScopes/cfg.Shards, 1)
@@ -87,7 +109,8 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 		s.handlers = append(s.handlers, h)
 		g := &gate{max: int64(cfg.MaxPending)}
 		s.gates = append(s.gates, g)
-		props := actor.PropsFromProducer(func() actor.Actor { return &shard{h: h, gate: g} })
+		place := s.place
+		props := actor.PropsFromProducer(func() actor.Actor { return &shard{h: h, gate: g, place: place} })
 		s.shards = append(s.shards, sys.Root.Spawn(props))
 	}
 	s.startSubscriptions()
@@ -109,7 +132,7 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config) (*Server,
 			answer(c, failure(nil, messages.Errorf(messages.CodeBadRequest, "not a StateIndex request: %T", m)), nil, 0)
 		}
 	}))
-	if err := s.startRegistry(); err != nil {
+	if err := s.startRegistry(o.registryTable); err != nil {
 		s.Stop()
 		return nil, err
 	}

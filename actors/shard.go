@@ -27,6 +27,9 @@ type shard struct {
 	// write's batch may take (batch.go); nil otherwise.
 	backlog []envelope
 	parked  parking // AwaitFrame's parked waits (await.go)
+	// place is the server's share of the scopes (placement.go): a scope
+	// it does not own is not kept once idle.
+	place *placement
 }
 
 type envelope struct {
@@ -134,6 +137,10 @@ func (s *shard) Receive(c actor.Context) {
 		}
 	case *awaitTick:
 		s.expire(c)
+	case *placementChanged:
+		s.dropUnowned(c)
+	case *listCached:
+		c.Respond(s.h.cache.Keys())
 	case *actor.Started:
 		s.waiting = map[string][]envelope{}
 		s.parked.max = s.h.cfg.MaxWaiters
@@ -161,7 +168,9 @@ func (s *shard) request(c actor.Context, m messages.Request, to replyTo) {
 		s.held++
 		return
 	}
-	s.process(c, m, to)
+	if !s.process(c, m, to) {
+		s.idle(m.ScopeName())
+	}
 }
 
 // resume runs the requests a scope held once its write or job is done,
@@ -182,6 +191,7 @@ func (s *shard) resume(c actor.Context, scope string) {
 			break
 		}
 	}
+	s.idle(scope)
 	if len(s.waiting) == 0 {
 		for _, p := range s.drains {
 			c.Send(p, &drain{})

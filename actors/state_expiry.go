@@ -122,6 +122,7 @@ type ScopeStateExpiry struct {
 
 // stateExpirer runs the passes; one at a time.
 type stateExpirer struct {
+	owns   func(scope string) bool // this server's scopes (placement.go): a shared store's table lists every member's
 	tables eventstore.Tables
 	rows   rowWriter // the prepares' and sweeps' writes to tables
 	clock  func() time.Time
@@ -145,7 +146,7 @@ type stateExpirer struct {
 }
 
 func newStateExpirer(s *Server) *stateExpirer {
-	x := &stateExpirer{clock: s.cfg.Clock, log: s.cfg.Logger, check: s.cfg.StateExpiryCheck, batch: stateExpiryBatch,
+	x := &stateExpirer{owns: s.owns, clock: s.cfg.Clock, log: s.cfg.Logger, check: s.cfg.StateExpiryCheck, batch: stateExpiryBatch,
 		retry: map[string]time.Time{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if t, ok := s.store.(eventstore.Tables); ok {
 		x.tables = t
@@ -306,6 +307,9 @@ func (x *stateExpirer) pass(ctx context.Context) StateExpiryReport {
 		if at > now {
 			rep.Next = at
 			return false, nil
+		}
+		if !x.owns(scope) {
+			return true, nil
 		}
 		if scanned++; scanned > stateExpiryScan {
 			rep.More = true

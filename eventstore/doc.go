@@ -5,9 +5,12 @@
 // the only package that does disk I/O; everything above it folds the events
 // it returns.
 //
-// Two backends implement Store with the same semantics, checked by the
+// Three backends implement Store with the same semantics, checked by the
 // conformance suite in eventstore/storetest: BoltStore (a bbolt file, for
-// production) and MemoryStore (for tests).
+// one server), PostgresStore (a PostgreSQL database that several servers
+// share, with fencing; see postgres.go) and MemoryStore (for tests).
+// Records are stored byte for byte alike in all three, so hashes, chains
+// and signed checkpoints carry across them.
 //
 // # Records and the hash chain
 //

@@ -91,3 +91,39 @@ func TestStateSnapshotRoundTrip(t *testing.T) {
 	_, _, err = eventstore.DecodeState("other", snap)
 	assert.ErrorIs(t, err, eventstore.ErrCorrupt)
 }
+
+// A tool call's intent keeps the owner and epoch that recorded it (DESIGN
+// §13) through the log and the snapshot; an intent without them — what
+// every release before fencing wrote — is the same bytes as before and
+// reads as epoch 0.
+func TestToolIntentEpochRoundTrip(t *testing.T) {
+	meta := frames.Meta{Scope: "s", Frame: "f1", At: 5, RequestID: "rq", Reason: frames.ReasonUserMessage}
+	fenced := &frames.ToolStarted{Meta: meta, CallID: "c", Name: "fetch", Owner: "member-a:7400#1f", Epoch: 3}
+	enc, err := eventstore.EncodeFrameEvent(fenced)
+	require.NoError(t, err)
+	got, err := eventstore.DecodeFrameEvent(eventstore.Record{Stream: "s", Version: 2, Type: enc.Type, Data: enc.Data})
+	require.NoError(t, err)
+	assert.Equal(t, fenced, got)
+
+	old := &frames.ToolStarted{Meta: meta, CallID: "c", Name: "fetch"}
+	oldEnc, err := eventstore.EncodeFrameEvent(old)
+	require.NoError(t, err)
+	assert.NotContains(t, string(oldEnc.Data), "\xa2ep", "no epoch key when there is none")
+	assert.NotContains(t, string(oldEnc.Data), "\xa2ow")
+	got, err = eventstore.DecodeFrameEvent(eventstore.Record{Stream: "s", Version: 2, Type: oldEnc.Type, Data: oldEnc.Data})
+	require.NoError(t, err)
+	assert.Zero(t, got.(*frames.ToolStarted).Epoch)
+
+	s := frames.NewState("s", 0)
+	require.NoError(t, frames.Apply(s, &frames.FramePushed{Meta: frames.Meta{Scope: "s", Frame: "f1", At: 1}, Goal: "g", Budget: budget.TokenBudget{Total: 10}}))
+	require.NoError(t, frames.Apply(s, fenced))
+	snap, err := eventstore.EncodeState(s)
+	require.NoError(t, err)
+	st, ok, err := eventstore.DecodeState("s", snap)
+	require.NoError(t, err)
+	require.True(t, ok)
+	calls := st.Frames["f1"].ToolCalls
+	require.Len(t, calls, 1)
+	assert.Equal(t, "member-a:7400#1f", calls[0].Owner)
+	assert.Equal(t, uint64(3), calls[0].Epoch)
+}

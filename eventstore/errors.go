@@ -69,6 +69,13 @@ var (
 	// or a record whose envelope version, this build does not know. Nothing
 	// is skipped silently: upgrade the binary or migrate the file.
 	ErrUnsupportedFormat = errors.New("eventstore: unsupported format")
+	// ErrUnreachable is returned by OpenPostgres when no connection to the
+	// database could be made within the connect timeout.
+	ErrUnreachable = errors.New("eventstore: database unreachable")
+	// ErrReadOnly is returned by OpenPostgres for a database that cannot
+	// take writes: a standby in recovery, or read-only sessions.
+	ErrReadOnly = errors.New("eventstore: database is read-only")
+	// ErrInvalidOwner and ErrInvalidKeyName: see fence.go.
 )
 
 // ConflictError says a stream was not at the version an Append or a guarded

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Fencing (DESIGN §13): when several servers share one store (PostgreSQL),
@@ -16,6 +19,12 @@ import (
 // still holds the stream's latest version: its append fails with a
 // *FencedError and changes nothing. Stores used by a single server
 // (BoltStore) need no fences and ignore them.
+//
+// Only appends are fenced: they are the only writes that decide anything.
+// A snapshot is a projection of records already in the log (whoever saves
+// it, it replays to the same state); RemovePrefix removes only what an
+// appended record (retention's, a destroy's) already decided; tables hold
+// indexes rebuilt from the log.
 
 // Fence names a stream's owner and the epoch it took. The zero Fence is
 // "never owned".
@@ -29,6 +38,60 @@ func (f Fence) String() string {
 		return "no owner"
 	}
 	return fmt.Sprintf("%s (epoch %d)", f.Owner, f.Epoch)
+}
+
+// MaxOwnerBytes bounds an owner's name (CheckOwner).
+const MaxOwnerBytes = 256
+
+// ErrInvalidOwner is returned for an owner name CheckOwner refuses.
+var ErrInvalidOwner = errors.New("eventstore: invalid owner name")
+
+// ErrInvalidKeyName is returned by SharedKey for a name that is not 1..64
+// bytes of [a-z0-9._-], or for a generated key that is empty or longer
+// than MaxSharedKeyBytes.
+var ErrInvalidKeyName = errors.New("eventstore: invalid shared key")
+
+// MaxSharedKeyBytes bounds a key SharedKey stores.
+const MaxSharedKeyBytes = 4096
+
+// CheckOwner says whether owner is a name AcquireOwner accepts: 1 to
+// MaxOwnerBytes bytes of valid UTF-8 without control characters. Every
+// Fencer checks it (it is here so that a server can refuse a bad name at
+// start, before it activates any scope).
+func CheckOwner(owner string) error {
+	switch {
+	case owner == "":
+		return fmt.Errorf("%w: empty", ErrInvalidOwner)
+	case len(owner) > MaxOwnerBytes:
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidOwner, len(owner), MaxOwnerBytes)
+	case !utf8.ValidString(owner):
+		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidOwner, owner)
+	case strings.IndexFunc(owner, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: %q contains a control character", ErrInvalidOwner, owner)
+	}
+	return nil
+}
+
+// checkKeyName checks a SharedKey name: 1..64 bytes of [a-z0-9._-].
+func checkKeyName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("%w: name %q is not 1..64 bytes", ErrInvalidKeyName, name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: name %q has a byte outside [a-z0-9._-]", ErrInvalidKeyName, name)
+		}
+	}
+	return nil
+}
+
+// checkSharedKey checks the bytes generate returned.
+func checkSharedKey(name string, key []byte) error {
+	if len(key) == 0 || len(key) > MaxSharedKeyBytes {
+		return fmt.Errorf("%w: key %q generated with %d bytes, not 1..%d", ErrInvalidKeyName, name, len(key), MaxSharedKeyBytes)
+	}
+	return nil
 }
 
 // ErrFenced is what a *FencedError matches with errors.Is: the stream has
@@ -58,7 +121,10 @@ type Fencer interface {
 	// (the current one plus one; 1 for a stream never owned), durably, and
 	// returns the new fence. Any earlier fence of the stream is deposed at
 	// once: every later write carrying it fails with a *FencedError. The
-	// stream itself need not exist.
+	// stream itself need not exist. owner must pass CheckOwner
+	// (ErrInvalidOwner) and stream be a valid stream name; the same owner
+	// acquiring again gets a new epoch too (a server that dropped a scope
+	// and loads it again is a new activation).
 	AcquireOwner(ctx context.Context, stream, owner string) (Fence, error)
 	// Owner returns the stream's current fence (the zero Fence if it was
 	// never owned).
@@ -82,8 +148,11 @@ type fenceKey struct{}
 // WithFence returns a context whose appends (Append, AppendAsync) are
 // checked against fence by a Fencer store, in the same transaction as the
 // write: if the stream's current fence is not exactly fence, the append
-// fails with a *FencedError and writes nothing. Stores that are not
-// Fencers ignore it.
+// fails with a *FencedError and writes nothing. The fence is checked
+// before the expected version: a deposed owner learns it was deposed even
+// when its expected version is stale too. The zero Fence matches only a
+// stream never owned. Appends without a fence are not checked (tools, a
+// single server). Stores that are not Fencers ignore it.
 func WithFence(ctx context.Context, fence Fence) context.Context {
 	return context.WithValue(ctx, fenceKey{}, fence)
 }

@@ -26,6 +26,10 @@ type MemoryStore struct {
 	snaps      map[string][]byte
 	tables     memTables
 	watch      watchers
+	// owners are the streams' fences (Fencer) and keys the shared keys
+	// (KeyKeeper), under mu.
+	owners map[string]Fence
+	keys   map[string][]byte
 }
 
 type memStream struct {
@@ -42,7 +46,11 @@ type memIndexEntry struct {
 	version int64
 }
 
-var _ Store = (*MemoryStore)(nil)
+var (
+	_ Store     = (*MemoryStore)(nil)
+	_ Fencer    = (*MemoryStore)(nil)
+	_ KeyKeeper = (*MemoryStore)(nil)
+)
 
 // NewMemory returns an empty MemoryStore with default limits.
 func NewMemory() *MemoryStore {
@@ -61,11 +69,15 @@ func NewMemoryWithLimits(l Limits) (*MemoryStore, error) {
 		lim:     lim,
 		streams: make(map[string]*memStream),
 		snaps:   make(map[string][]byte),
+		owners:  make(map[string]Fence),
+		keys:    make(map[string][]byte),
 	}, nil
 }
 
 // Append implements Store. The memory store is not durable; otherwise it
-// behaves as BoltStore.Append.
+// behaves as BoltStore.Append. An append whose ctx carries a fence
+// (WithFence) is checked against the stream's owner under the same lock
+// as the write (Fencer).
 func (m *MemoryStore) Append(ctx context.Context, stream string, expected int64, events []Event) (AppendResult, error) {
 	res, err := m.append(ctx, stream, expected, events)
 	if err == nil {
@@ -89,6 +101,11 @@ func (m *MemoryStore) append(ctx context.Context, stream string, expected int64,
 	defer m.mu.Unlock()
 	if m.closed {
 		return AppendResult{}, ErrClosed
+	}
+	if held, ok := FenceFrom(ctx); ok {
+		if cur := m.owners[stream]; cur != held {
+			return AppendResult{}, &FencedError{Stream: stream, Held: held, Current: cur}
+		}
 	}
 	ms := m.streams[stream]
 	var version int64
@@ -463,4 +480,84 @@ func (m *MemoryStore) Close() error {
 // and calls done before returning.
 func (m *MemoryStore) AppendAsync(ctx context.Context, stream string, expected int64, events []Event, done func(AppendResult, error)) {
 	done(m.Append(ctx, stream, expected, events))
+}
+
+// AcquireOwner implements Fencer: the stream's next epoch, for owner.
+func (m *MemoryStore) AcquireOwner(ctx context.Context, stream, owner string) (Fence, error) {
+	if err := checkStream(stream); err != nil {
+		return Fence{}, err
+	}
+	if err := CheckOwner(owner); err != nil {
+		return Fence{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Fence{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return Fence{}, ErrClosed
+	}
+	cur := m.owners[stream]
+	if cur.Epoch == math.MaxUint64 {
+		return Fence{}, fmt.Errorf("eventstore: stream %q: owner epoch would overflow", stream)
+	}
+	f := Fence{Owner: owner, Epoch: cur.Epoch + 1}
+	m.owners[stream] = f
+	return f, nil
+}
+
+// Owner implements Fencer.
+func (m *MemoryStore) Owner(ctx context.Context, stream string) (Fence, error) {
+	if err := checkStream(stream); err != nil {
+		return Fence{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Fence{}, err
+	}
+	if err := m.rlock(); err != nil {
+		return Fence{}, err
+	}
+	defer m.mu.RUnlock()
+	return m.owners[stream], nil
+}
+
+// SharedKey implements KeyKeeper. generate runs without the store's lock
+// held; of two callers racing to create a key, the first to store it wins
+// and both get its bytes.
+func (m *MemoryStore) SharedKey(ctx context.Context, name string, generate func() ([]byte, error)) ([]byte, error) {
+	if err := checkKeyName(name); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := m.rlock(); err != nil {
+		return nil, err
+	}
+	k, ok := m.keys[name]
+	m.mu.RUnlock()
+	if ok {
+		return cloneBytes(k), nil
+	}
+	if generate == nil {
+		return nil, fmt.Errorf("%w: no key %q stored and nothing to generate it", ErrInvalidKeyName, name)
+	}
+	gen, err := generate()
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: generating shared key %q: %w", name, err)
+	}
+	if err := checkSharedKey(name, gen); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if k, ok := m.keys[name]; ok {
+		return cloneBytes(k), nil
+	}
+	m.keys[name] = cloneBytes(gen)
+	return cloneBytes(gen), nil
 }

@@ -42,3 +42,28 @@ func TestMemoryAndBoltAgree(t *testing.T) {
 		assert.Equal(t, records(t, mem, stream), records(t, bolt, stream))
 	}
 }
+
+func TestMemoryFencer(t *testing.T) {
+	storetest.RunFencer(t, func(t *testing.T) eventstore.Store { return eventstore.NewMemory() })
+}
+
+func TestMemoryKeyKeeper(t *testing.T) {
+	storetest.RunKeyKeeper(t, func(t *testing.T) eventstore.Store { return eventstore.NewMemory() })
+}
+
+// A store of one server ignores fences: BoltStore is no Fencer, and a
+// fence in the context changes nothing of its appends.
+func TestBoltIgnoresFences(t *testing.T) {
+	bolt := openAt(t, tempPath(t), fast)
+	_, isFencer := any(bolt).(eventstore.Fencer)
+	assert.False(t, isFencer)
+	ctx := eventstore.WithFence(t.Context(), eventstore.Fence{Owner: "gone", Epoch: 7})
+	res, err := bolt.Append(ctx, "s", eventstore.NoStream, []eventstore.Event{{Type: "t"}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), res.LastVersion)
+	f, ok := eventstore.FenceFrom(ctx)
+	assert.True(t, ok)
+	assert.Equal(t, uint64(7), f.Epoch)
+	_, ok = eventstore.FenceFrom(t.Context())
+	assert.False(t, ok)
+}

@@ -3,6 +3,7 @@ package eventstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
 )
 
 // The whole-file Verify accepts a file with history removed, and catches a
@@ -91,4 +93,27 @@ func TestRemovePrefixesBatches(t *testing.T) {
 	}
 	assert.Equal(t, 4, txs, "32 records in transactions of 7: five, the four between them interruptible")
 	require.NoError(t, s.Verify(ctx, nil))
+}
+
+// A request whose records straddle the cut leaves the index (it can no
+// longer be answered from the log); Verify takes that for what it is, not
+// for a missing entry.
+func TestVerifyAfterCutThroughARequest(t *testing.T) {
+	ctx := context.Background()
+	s := openAt(t, tempPath(t), nil)
+	defer s.Close()
+	for i := range 30 {
+		e, err := eventstore.EncodeFrameEvent(&frames.ResultAdded{Meta: frames.Meta{Scope: "b", Frame: fmt.Sprintf("f%d", i/5), At: 1,
+			RequestID: fmt.Sprintf("r%d", i/3), RequestHash: []byte{1}}, Result: frames.ResultRef{ID: "x"}})
+		require.NoError(t, err)
+		_, err = s.Append(ctx, "b", int64(i), []eventstore.Event{e})
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.SaveSnapshot(ctx, "b", eventstore.Snapshot{Version: 30, Format: 1, Data: []byte("x")}))
+	_, err := s.RemovePrefix(ctx, "b", 20) // r6 spans versions 19..21
+	require.NoError(t, err)
+	_, ok, err := s.Lookup(ctx, "b", eventstore.RequestKey("r6"))
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.NoError(t, s.Verify(ctx, func(stream string, err error) { t.Errorf("%s: %v", stream, err) }))
 }

@@ -3,6 +3,7 @@ package eventstore_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -15,7 +16,7 @@ import (
 
 // KeepRequestsSince keeps the request ids of the removed prefix committed
 // at or after its time as tombstones that History answers as gone; older
-// ones, and every one without the option, are dropped. Both stores.
+// ones, and every one without the option, are dropped. Every store.
 func TestRemovePrefixKeepsRequestTombstones(t *testing.T) {
 	ctx := context.Background()
 	stores := map[string]func(t *testing.T) eventstore.Store{
@@ -26,6 +27,12 @@ func TestRemovePrefixKeepsRequestTombstones(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		},
+	}
+	if os.Getenv("STATEINDEX_PG_URL") != "" {
+		stores["postgres"] = func(t *testing.T) eventstore.Store {
+			_, u := pgSchema(t)
+			return openPG(t, u, nil)
+		}
 	}
 	for name, open := range stores {
 		for _, keep := range []bool{true, false} {
@@ -56,6 +63,11 @@ func TestRemovePrefixKeepsRequestTombstones(t *testing.T) {
 				require.True(t, ok)
 				assert.False(t, rec.Gone, "a request after the cut is answered from its records")
 				require.NoError(t, s.VerifyStream(ctx, "sc"))
+				if v, ok := s.(interface {
+					Verify(context.Context, func(string, error)) error
+				}); ok {
+					require.NoError(t, v.Verify(ctx, nil), "tombstones are no index damage")
+				}
 			})
 		}
 	}

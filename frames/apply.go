@@ -541,7 +541,8 @@ func applyToolStarted(s *State, e *ToolStarted) error {
 	if e.CallID == "" || f.ToolCall(e.CallID) != nil {
 		return inconsistent("tool call %q started twice", e.CallID)
 	}
-	f.ToolCalls = append(f.ToolCalls, ToolCall{ID: e.CallID, Name: e.Name, Input: cloneBytes(e.Input), StartedAt: e.At})
+	f.ToolCalls = append(f.ToolCalls, ToolCall{ID: e.CallID, Name: e.Name, Input: cloneBytes(e.Input), StartedAt: e.At,
+		Owner: e.Owner, Epoch: e.Epoch})
 	return nil
 }
 

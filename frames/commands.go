@@ -7,12 +7,17 @@ import (
 
 // Header is carried by every command. The shell fills Now (server time) and
 // RequestHash (a digest of the request without its id); the core never reads
-// a clock.
+// a clock. Owner and Epoch name the server deciding the command and the
+// owner epoch it holds on the scope, when servers share a store (fenced:
+// DESIGN §13; empty and 0 otherwise): a tool call's intent records them,
+// so that a call in doubt says which owner started it.
 type Header struct {
 	RequestID   string
 	RequestHash []byte
 	Now         int64 // unix nanoseconds
 	Reason      Reason
+	Owner       string
+	Epoch       uint64
 }
 
 // Command is a validated intent; Decide turns it into events.

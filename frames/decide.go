@@ -642,7 +642,8 @@ func (d decider) startTool(c *StartToolCall) ([]Event, error) {
 	if err := checkBytes("tool input", c.Input, d.cfg.MaxInputsBytes); err != nil {
 		return nil, err
 	}
-	return []Event{&ToolStarted{Meta: d.meta(f.ID, ReasonUserMessage), CallID: c.CallID, Name: c.Name, Input: cloneBytes(c.Input)}}, nil
+	return []Event{&ToolStarted{Meta: d.meta(f.ID, ReasonUserMessage), CallID: c.CallID, Name: c.Name, Input: cloneBytes(c.Input),
+		Owner: d.h.Owner, Epoch: d.h.Epoch}}, nil
 }
 
 func (d decider) finishTool(c *FinishToolCall) ([]Event, error) {

@@ -251,12 +251,17 @@ type UsageRecorded struct {
 }
 
 // ToolStarted: the agent is about to dispatch a tool call (the intent is
-// journalled first, so a crash leaves it in doubt, never forgotten).
+// journalled first, so a crash leaves it in doubt, never forgotten). Owner
+// and Epoch are the server that recorded it and the owner epoch it held on
+// the scope (DESIGN §13; empty and 0 without fencing, and in records
+// written before fencing existed).
 type ToolStarted struct {
 	Meta   `msgpack:",inline"`
 	CallID string `msgpack:"id"`
 	Name   string `msgpack:"n"`
 	Input  []byte `msgpack:"in,omitempty"`
+	Owner  string `msgpack:"ow,omitempty"`
+	Epoch  uint64 `msgpack:"ep,omitempty"`
 }
 
 // ToolFinished: a tool call's result came back. The call and its result

@@ -254,6 +254,19 @@ type PendingWork struct {
 	Kind        PendingKind `msgpack:"k"`
 	ToolCallID  string      `msgpack:"t,omitempty"`
 	Description string      `msgpack:"d"`
+	// Owner and Epoch, for a tool call in doubt or abandoned, are the
+	// server that recorded its intent and the owner epoch it held
+	// (ToolCall.Owner, ToolCall.Epoch; empty and 0 without fencing).
+	Owner string `msgpack:"ow,omitempty"`
+	Epoch uint64 `msgpack:"ep,omitempty"`
+}
+
+// startedBy says which owner recorded a call's intent, when one did.
+func startedBy(c ToolCall) string {
+	if c.Epoch == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (intent recorded by owner %s, epoch %d)", c.Owner, c.Epoch)
 }
 
 // Pending lists the scope's unfinished work in push order: frames waiting on
@@ -263,8 +276,8 @@ type PendingWork struct {
 func (s *State) Pending() []PendingWork {
 	var out []PendingWork
 	abandoned := func(frame string, status Status, c ToolCall) {
-		out = append(out, PendingWork{FrameID: frame, Kind: PendingToolAbandoned, ToolCallID: c.ID,
-			Description: "tool '" + c.Name + "' started and never finished: abandoned when its frame was popped (" + status.String() + ")"})
+		out = append(out, PendingWork{FrameID: frame, Kind: PendingToolAbandoned, ToolCallID: c.ID, Owner: c.Owner, Epoch: c.Epoch,
+			Description: "tool '" + c.Name + "' started and never finished: abandoned when its frame was popped (" + status.String() + ")" + startedBy(c)})
 	}
 	for _, a := range s.Abandoned {
 		abandoned(a.FrameID, a.Status, a.Call)
@@ -295,8 +308,8 @@ func (s *State) Pending() []PendingWork {
 			out = append(out, PendingWork{FrameID: f.ID, Kind: PendingSuspended, Description: d})
 		}
 		for _, c := range f.InDoubt() {
-			out = append(out, PendingWork{FrameID: f.ID, Kind: PendingToolInDoubt, ToolCallID: c.ID,
-				Description: "tool '" + c.Name + "' started and never finished: in doubt"})
+			out = append(out, PendingWork{FrameID: f.ID, Kind: PendingToolInDoubt, ToolCallID: c.ID, Owner: c.Owner, Epoch: c.Epoch,
+				Description: "tool '" + c.Name + "' started and never finished: in doubt" + startedBy(c)})
 		}
 	}
 	for _, b := range s.PendingSettlements() {

@@ -145,6 +145,10 @@ type ToolCall struct {
 	IsError    bool   `msgpack:"e,omitempty"`
 	FinishedAt int64  `msgpack:"fa,omitempty"`
 	Abandoned  bool   `msgpack:"ab,omitempty"`
+	// Owner and Epoch are the server that recorded the call's intent and
+	// the owner epoch it held (ToolStarted; empty and 0 without fencing).
+	Owner string `msgpack:"ow,omitempty"`
+	Epoch uint64 `msgpack:"ep,omitempty"`
 }
 
 // Suspension records why and until when a frame is suspended.

@@ -65,6 +65,12 @@ const (
 	CodeStateTooLarge    Code = "state_too_large"
 	CodeStateConflict    Code = "state_conflict"
 	CodeStateKeyNotFound Code = "state_key_not_found"
+	// CodeScopeMoved: the server answering had been deposed as the scope's
+	// owner in a shared store (another server took it over: DESIGN §13);
+	// nothing of the request was written, and the server dropped the
+	// scope. Error.Owner and Error.Epoch name the new owner. Retry with
+	// the same request id (the Client does, a few times).
+	CodeScopeMoved Code = "scope_moved"
 )
 
 // Error is the typed error every reply can carry. It is an error value, so
@@ -83,6 +89,10 @@ type Error struct {
 	Version int64 `msgpack:"v,omitempty"`
 	// Head is set for frame_continued: the head of the frame's chain.
 	Head string `msgpack:"hd,omitempty"`
+	// Owner and Epoch are set for scope_moved: the scope's owner (a
+	// server) and its epoch when the refused write was checked.
+	Owner string `msgpack:"ow,omitempty"`
+	Epoch uint64 `msgpack:"ep,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -148,4 +158,5 @@ var (
 	ErrStateTooLarge         = &Error{Code: CodeStateTooLarge}
 	ErrStateConflict         = &Error{Code: CodeStateConflict}
 	ErrStateKeyNotFound      = &Error{Code: CodeStateKeyNotFound}
+	ErrScopeMoved            = &Error{Code: CodeScopeMoved}
 )

@@ -520,6 +520,12 @@ type RecoverySummary struct {
 	RecoveryMicros int64 `msgpack:"us"`
 	FromSnapshot   bool  `msgpack:"sn"`
 	EventsReplayed int64 `msgpack:"er"`
+	// Owner and Epoch are the answering server's fence on the scope when
+	// servers share a store (DESIGN §13; empty and 0 otherwise): a tool
+	// call in doubt whose Epoch (frames.ToolCall, PendingWork) is lower was
+	// started by an earlier owner.
+	Owner string `msgpack:"ow,omitempty"`
+	Epoch uint64 `msgpack:"ep,omitempty"`
 }
 
 // ActorResumeState is what an actor needs to continue after a restart.

@@ -9,12 +9,13 @@ import (
 
 	"github.com/stateindex/stateindex/actors"
 	"github.com/stateindex/stateindex/eventstore"
+	"github.com/stateindex/stateindex/frames"
 	"github.com/stateindex/stateindex/internal/views"
 	"github.com/stateindex/stateindex/messages"
 )
 
 func init() {
-	register(command{name: "inspect", summary: "(--data DIR | --server HOST:PORT) [--scope S]   print each scope's frame tree", run: inspect})
+	register(command{name: "inspect", summary: "(--data DIR | --store URL|env:NAME | --server HOST:PORT) [--scope S]   print each scope's frame tree", run: inspect})
 }
 
 // inspectMaxScopes bounds the scopes `inspect --server` without --scope
@@ -29,37 +30,57 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 	server := conn.server
 	scope := fs.String("scope", "", "only this scope")
 	timeout := fs.Duration("timeout", 30*time.Second, "the command's deadline (--server)")
+	storeFlag := fs.String("store", "", storeFlagUsage)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: stateindex inspect (--data DIR | --server HOST:PORT [--config FILE]) [--scope S]\n\n"+
+		fmt.Fprint(fs.Output(), "Usage: stateindex inspect --data DIR [--scope S]\n"+
+			"       stateindex inspect --store URL|env:NAME [--scope S]\n"+
+			"       stateindex inspect --server HOST:PORT [--config FILE] [--scope S]\n\n"+
 			"Prints each scope's frame tree: status, depth, tokens used/total, handles,\n"+
 			"suspensions, tool calls in doubt and abandoned. On a data file it first prints\n"+
-			"the journal's state; with --server it asks a running server (reads only: it\n"+
-			"records nothing), finished frames from its registry.\n\n"+recoveryNote+"\n")
+			"the journal's state; --store reads a shared store (PostgreSQL); with --server\n"+
+			"it asks a running server (reads only: it records nothing), finished frames\n"+
+			"from its registry.\n\n"+recoveryNote+"\n")
 		fs.PrintDefaults()
 	}
 	if err := parseArgs(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	if *dir != "" && *server != "" {
-		fmt.Fprintln(stderr, "stateindex inspect: give one of --data and --server")
+	if n := btoi(*dir != "") + btoi(*server != "") + btoi(*storeFlag != ""); n > 1 {
+		fmt.Fprintln(stderr, "stateindex inspect: give one of --data, --store and --server")
 		return errUsage
 	}
 	if *server != "" {
 		return inspectServer(conn, *scope, *timeout, stdout, stderr)
 	}
-	if *dir == "" {
+	if *dir == "" && *storeFlag == "" {
 		*dir = "./data"
 	}
-	store, err := openStore(*dir, false, time.Second, true)
-	if err != nil {
-		return heldHint(*dir, "inspect", err)
-	}
-	defer store.Close()
-	fmt.Fprintln(stdout, journalLine(storeJournal(store)))
-	for _, w := range store.Warnings() {
-		fmt.Fprintln(stdout, "warning:", w)
-	}
 	ctx := context.Background()
+	var store eventstore.Store
+	where := *dir
+	if *storeFlag != "" {
+		url, err := resolveStoreFlag(*storeFlag)
+		if err != nil {
+			return err
+		}
+		st, db, err := openSharedStore(ctx, url, nil)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		store, where = st, "postgres "+db
+	} else {
+		bolt, err := openStore(*dir, false, time.Second, true)
+		if err != nil {
+			return heldHint(*dir, "inspect", err)
+		}
+		defer bolt.Close()
+		fmt.Fprintln(stdout, journalLine(storeJournal(bolt)))
+		for _, w := range bolt.Warnings() {
+			fmt.Fprintln(stdout, "warning:", w)
+		}
+		store = bolt
+	}
 	var scopes []eventstore.StreamInfo
 	if *scope != "" {
 		info, err := store.Stream(ctx, *scope)
@@ -67,7 +88,7 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if info.Version == 0 {
-			return fmt.Errorf("no scope %q in %s", *scope, *dir)
+			return fmt.Errorf("no scope %q in %s", *scope, where)
 		}
 		scopes = append(scopes, info)
 	} else if err := store.Streams(ctx, func(i eventstore.StreamInfo) error { scopes = append(scopes, i); return nil }); err != nil {
@@ -171,13 +192,22 @@ func printFrame(w io.Writer, f *views.FrameNode, indent string, last bool) {
 		}
 		extra += ")"
 	}
-	if n := len(f.InDoubt); n > 0 {
-		extra += fmt.Sprintf("  %d tool call(s) in doubt", n)
+	if doubt := f.InDoubt; len(doubt) > 0 {
+		extra += fmt.Sprintf("  %d tool call(s) in doubt", len(doubt))
+		var fenced []string
+		for _, c := range doubt {
+			if c.Epoch != 0 {
+				fenced = append(fenced, clip(c.Name, 24)+" "+short(c.ID)+startedBy(c))
+			}
+		}
+		if len(fenced) > 0 {
+			extra += ": " + strings.Join(fenced, ", ")
+		}
 	}
 	if ab := f.Abandoned; len(ab) > 0 {
 		names := make([]string, len(ab))
 		for i, c := range ab {
-			names[i] = clip(c.Name, 24) + " " + short(c.ID)
+			names[i] = clip(c.Name, 24) + " " + short(c.ID) + startedBy(c)
 		}
 		extra += fmt.Sprintf("  %d tool call(s) abandoned: %s", len(ab), strings.Join(names, ", "))
 	}
@@ -192,7 +222,23 @@ func printFrame(w io.Writer, f *views.FrameNode, indent string, last bool) {
 	}
 }
 
+// startedBy names the owner that recorded a tool call's intent, when
+// servers share the store (DESIGN §13): " by OWNER epoch N".
+func startedBy(c frames.ToolCall) string {
+	if c.Epoch == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" by %s epoch %d", clip(c.Owner, 40), c.Epoch)
+}
+
 var (
 	short = views.Short
 	clip  = views.Clip
 )
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

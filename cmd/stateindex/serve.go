@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -103,27 +107,50 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	store, err := openStoreWith(dir, true, storeOpts)
+	storeURL, err := file.StoreURL()
 	if err != nil {
 		return err
 	}
+	if storeURL != "" && clusterName != "" && len(file.Hooks) > 0 {
+		return errors.New("hooks: not served by the members of a shared-store cluster yet (each member would deliver every notification of the shared log); remove the hooks section, or run them on a standalone server")
+	}
+	// where says what the store is, for the log: the data file, or the
+	// database (host:port/name, no credentials).
+	var (
+		store  eventstore.Store
+		bolt   *eventstore.BoltStore
+		shared sharedStore
+		where  []any
+		jattrs []any
+	)
+	if storeURL == "" {
+		if bolt, err = openStoreWith(dir, true, storeOpts); err != nil {
+			return err
+		}
+		store = bolt
+		abs, _ := filepath.Abs(filepath.Join(dir, dbFile))
+		where = []any{"data", abs}
+		jattrs = []any{"journal", "off"}
+		if js := bolt.JournalStats(); js.Enabled {
+			jdir, _ := filepath.Abs(js.Dir)
+			jattrs = []any{"journal", jdir, "journal_max_bytes", js.MaxBytes}
+		}
+		if r := bolt.Replay(); r.Records > 0 {
+			log.Info("journal replayed into bbolt", "records", r.Records, "from_seq", r.FromSeq, "to_seq", r.ToSeq)
+		}
+	} else {
+		var db string
+		if shared, db, err = openSharedStore(ctx, storeURL, log); err != nil {
+			return err
+		}
+		store = shared
+		where = []any{"store", "postgres " + db}
+	}
 	defer store.Close()
-	jattrs := []any{"journal", "off"}
-	if js := store.JournalStats(); js.Enabled {
-		jdir, _ := filepath.Abs(js.Dir)
-		jattrs = []any{"journal", jdir, "journal_max_bytes", js.MaxBytes}
-	}
-	if r := store.Replay(); r.Records > 0 {
-		log.Info("journal replayed into bbolt", "records", r.Records, "from_seq", r.FromSeq, "to_seq", r.ToSeq)
-	}
-	key, err := loadKey(dir)
-	if err != nil {
-		return fmt.Errorf("server key: %w", err)
-	}
-	if clusterName == "" {
+	if clusterName == "" && bolt != nil {
 		// A cluster member's file serves only the scopes homed there; a
 		// standalone server would accept others and fork them.
-		id, ok, err := store.Identity(ctx)
+		id, ok, err := bolt.Identity(ctx)
 		if err != nil {
 			return err
 		}
@@ -132,10 +159,16 @@ func serve(args []string, stdout, stderr io.Writer) error {
 				filepath.Join(dir, dbFile), id, id.Cluster, id.Member, strings.Join(id.Members, ","))
 		}
 	}
-
-	signing, err := loadSigningKey(dir)
+	var kk eventstore.KeyKeeper
+	if shared != nil {
+		kk = shared
+	}
+	key, signing, keysFrom, err := serverKeys(ctx, file, dir, kk)
 	if err != nil {
-		return fmt.Errorf("checkpoint signing key: %w", err)
+		return err
+	}
+	if shared != nil {
+		where = append(where, "keys", keysFrom, "checkpoint_public_key", hex.EncodeToString(signing.Public().(ed25519.PublicKey)))
 	}
 
 	cfg.TokenKey = key
@@ -147,25 +180,42 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	libLog := slog.New(demote{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: libLevel})}).With("lib", "protoactor")
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return libLog }))
-	abs, _ := filepath.Abs(filepath.Join(dir, dbFile))
-	admin, err := startAdmin(dir, store, log)
-	if err != nil {
-		return err
+	stopAdmin := func() {}
+	var admin *adminServer
+	if bolt != nil { // backup copies the data file: PostgreSQL has its own tools (pg_dump, base backups)
+		admin, err = startAdmin(dir, bolt, log)
+		if err != nil {
+			return err
+		}
+		defer admin.stop()
+		stopAdmin = admin.stop
+		sock, _ := filepath.Abs(admin.path)
+		jattrs = append(jattrs, "admin", sock)
 	}
-	defer admin.stop()
-	sock, _ := filepath.Abs(admin.path)
-	jattrs = append(jattrs, "admin", sock)
+	jattrs = append(where, jattrs...)
 
+	if shared != nil {
+		if clusterName == "" {
+			// Fencing on for a standalone server too: should a second server
+			// ever be started on the same database, the two take scopes from
+			// each other instead of failing on each other's versions.
+			name := listen
+			if name == "" {
+				name, _ = os.Hostname()
+			}
+			cfg.Owner = actors.OwnerName("standalone " + name)
+		}
+	}
 	var shutdown func()
 	var client *actors.Client // what the inspector reads through
 	switch {
 	case clusterName != "":
-		if len(cfg.LedgerKey) == 0 {
+		if len(cfg.LedgerKey) == 0 && shared == nil && file.Keys.ServerKeyFile == "" {
 			log.Warn("stateindex ledger: no ledger.key_file: this member signs reservation tokens with its own server key, so a reservation for a scope homed on another member is refused (reservation_invalid); give every member the same ledger.key_file")
 		}
 		warnSecurity(log, sec, listen)
 		cc := actors.ClusterConfig{Name: clusterName, Members: members, Shards: cfg.Shards, HealthInterval: file.Cluster.HealthInterval,
-			MaxMessageBytes: file.Remoting.MaxMessageBytes, Logger: log, Security: sec}
+			MaxMessageBytes: file.Remoting.MaxMessageBytes, Logger: log, SharedStore: shared != nil, Security: sec}
 		node, err := actors.StartMember(sys, store, cfg, cc, listen)
 		if err != nil {
 			return err
@@ -178,8 +228,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			node.Stop()
 			return err
 		}
-		log.Info("stateindex serving", append([]any{"data", abs, "cluster", clusterName, "member", listen, "kind", actors.KindOf(listen),
-			"members", strings.Join(members, ","), "health", node.HealthAddr(), "shards", cfg.Shards, "security", sec.String()}, jattrs...)...)
+		placement := []any{"kind", actors.KindOf(listen)}
+		if shared != nil {
+			placement = []any{"kind", actors.SharedKind, "placement", "live members (shared store)"}
+		}
+		log.Info("stateindex serving", append(append([]any{"cluster", clusterName, "member", listen}, placement...),
+			append([]any{"members", strings.Join(members, ","), "health", node.HealthAddr(), "shards", cfg.Shards, "security", sec.String()}, jattrs...)...)...)
 		shutdown, client = node.Stop, node.Client()
 	case listen != "":
 		host, port, err := splitHostPort(listen)
@@ -212,7 +266,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			r.Shutdown(false)
 			return err
 		}
-		log.Info("stateindex serving", append([]any{"data", abs, "listen", sys.Address(), "pid", gw.Address + "/" + gw.Id, "shards", cfg.Shards,
+		log.Info("stateindex serving", append([]any{"listen", sys.Address(), "pid", gw.Address + "/" + gw.Id, "shards", cfg.Shards,
 			"security", sec.String()}, jattrs...)...)
 		shutdown, client = func() { stopRemote(sys, r, gw, srv) }, srv.Client()
 	default:
@@ -228,7 +282,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			srv.Stop()
 			return err
 		}
-		log.Info("stateindex serving", append([]any{"data", abs, "pid", srv.PID().Address + "/" + srv.PID().Id, "shards", cfg.Shards,
+		log.Info("stateindex serving", append([]any{"pid", srv.PID().Address + "/" + srv.PID().Id, "shards", cfg.Shards,
 			"note", "in-process only: --listen serves remote actors; stop with Ctrl-C"}, jattrs...)...)
 		shutdown, client = func() { srv.Stop(); sys.Shutdown() }, srv.Client()
 	}
@@ -237,13 +291,15 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		shutdown()
 		return err
 	}
-	admin.setInfo(listen, inspectorURL)
+	if admin != nil {
+		admin.setInfo(listen, inspectorURL)
+	}
 	printConnect(stdout, file, inspectorURL)
 
 	<-ctx.Done()
 	log.Info("stateindex stopping: finishing queued requests")
 	stopInspector()
-	admin.stop()
+	stopAdmin()
 	shutdown()
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("closing store: %w", err)

@@ -21,7 +21,7 @@ import (
 const checkpointPubFile = "checkpoint.pub"
 
 func init() {
-	register(command{name: "verify", summary: "--data DIR [--public-key FILE] | --archive FILE | --transcript FILE [--public-key FILE]   check every stream (chains, replay, snapshots, signatures), or an archive or a chain transcript offline", run: verifyCmd})
+	register(command{name: "verify", summary: "--data DIR [--public-key FILE] | --store URL|env:NAME [--public-key FILE] | --archive FILE | --transcript FILE [--public-key FILE]   check every stream (chains, replay, snapshots, signatures), or an archive or a chain transcript offline", run: verifyCmd})
 }
 
 // verifyCmd checks a data file and exits 0 only if nothing is wrong; each
@@ -34,8 +34,10 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", time.Second, "how long to wait for a file another process holds")
 	archive := fs.String("archive", "", "check this archive file (written by retention) offline instead of a data directory")
 	transcript := fs.String("transcript", "", "check this chain transcript (export --chain --format jsonl) offline instead of a data directory")
+	storeFlag := fs.String("store", "", storeFlagUsage)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: stateindex verify --data DIR [--public-key FILE]\n"+
+			"       stateindex verify --store URL|env:NAME [--public-key FILE]\n"+
 			"       stateindex verify --archive FILE [--public-key FILE]\n"+
 			"       stateindex verify --transcript FILE [--public-key FILE]\n\n"+
 			"Checks DIR/stateindex.db end to end and exits 0 only if nothing is wrong.\n"+
@@ -44,7 +46,10 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 			"last, and (with a public key) every signed checkpoint in it.\n"+
 			"With --transcript, checks a chain's transcript the same way, from the\n"+
 			"hash its header names before its first record, and reports the first\n"+
-			"bad line.\n\n"+recoveryNote+"\n")
+			"bad line.\n"+
+			"With --store, checks a PostgreSQL store the same way (every stream's\n"+
+			"chain, the global order, replay, snapshots, checkpoints); without\n"+
+			"--public-key, signatures are checked with the key the store keeps.\n\n"+recoveryNote+"\n")
 		fs.PrintDefaults()
 	}
 	if err := parseArgs(fs, args, stdout, stderr); err != nil {
@@ -52,6 +57,9 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if *transcript != "" {
 		return verifyTranscript(*transcript, *pubPath, stdout)
+	}
+	if *storeFlag != "" {
+		return verifyShared(*storeFlag, *pubPath, stdout)
 	}
 	if *archive != "" {
 		var pub ed25519.PublicKey
@@ -136,4 +144,64 @@ func loadPublicKey(path string) (ed25519.PublicKey, error) {
 		return ed25519.PublicKey(b), nil
 	}
 	return nil, errors.New(path + ": not an Ed25519 public key (64 hex digits or 32 bytes)")
+}
+
+// verifyShared checks a shared (PostgreSQL) store as verifyCmd checks a
+// data file. Without --public-key the signatures are checked against the
+// public half of the key the store keeps: that proves the chains against
+// accidents and against anyone who cannot write the database, not against
+// someone who can (they could replace the key as well): keep the public
+// key serve logs at start (checkpoint_public_key) and give it with
+// --public-key.
+func verifyShared(flag, pubPath string, stdout io.Writer) error {
+	url, err := resolveStoreFlag(flag)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	st, where, err := openSharedStore(ctx, url, nil)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var opts verify.Options
+	keyNote := "signatures not checked (no public key)"
+	switch {
+	case pubPath != "":
+		pub, err := loadPublicKey(pubPath)
+		if err != nil {
+			return fmt.Errorf("--public-key: %w", err)
+		}
+		opts.PublicKey = pub
+	default:
+		pub, ok, err := sharedPublicKey(ctx, st)
+		if err != nil {
+			return err
+		}
+		if ok {
+			opts.PublicKey = pub
+			keyNote = ""
+			fmt.Fprintf(stdout, "public key %s: from the store's own checkpoint key (give --public-key to check against a key kept elsewhere)\n", hex.EncodeToString(pub))
+		}
+	}
+	sum, err := verify.Store(ctx, st, opts, func(p verify.Problem) { fmt.Fprintln(stdout, p) })
+	if err != nil {
+		return err
+	}
+	for _, w := range sum.Warnings {
+		fmt.Fprintln(stdout, "warning:", w)
+	}
+	if opts.PublicKey != nil {
+		keyNote = fmt.Sprintf("%d signatures verified", sum.SignaturesVerified)
+	}
+	if sum.Problems > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("postgres %s: %d problem(s) found", where, sum.Problems)}
+	}
+	removed := ""
+	if sum.Removed > 0 {
+		removed = fmt.Sprintf(", %d with removed history matching its record", sum.Removed)
+	}
+	fmt.Fprintf(stdout, "ok: postgres %s: %d streams%s, %d records, %d snapshots equal to their replay, %d checkpoints, %s\n",
+		where, sum.Streams, removed, sum.Records, sum.Snapshots, sum.Checkpoints, keyNote)
+	return nil
 }

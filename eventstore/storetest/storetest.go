@@ -68,6 +68,8 @@ func Run(t *testing.T, open Opener) {
 		{"WatchReadable", testWatchReadable},
 		{"WatchStop", testWatchStop},
 		{"RemovedThrough", testRemovedThrough},
+		{"Fence", testFence},
+		{"SharedKey", testSharedKey},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

@@ -37,6 +37,10 @@ func (f *File) Explain(w io.Writer) error {
 			f.explainOverrides(s.key, depth, add)
 			continue
 		}
+		if s.key == "store" {
+			add(depth, name+": "+quote(RedactStore(f.Store)), f.Origin(s.key))
+			continue
+		}
 		add(depth, name+": "+format(s.field(f)), f.Origin(s.key))
 	}
 	width := 0

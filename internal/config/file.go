@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/stateindex/stateindex/actors"
@@ -21,6 +23,8 @@ import (
 // file (and the files it extends), overlaid by the flags given.
 type File struct {
 	DataDir        string // data directory; a relative path in a file is relative to that file
+	Store          string // "" (DataDir's bbolt file), a postgres:// URL, or env:NAME (the URL in that environment variable)
+	Keys           Keys
 	LogLevel       string // debug, info, warn or error
 	Shards         int
 	SnapshotEvery  int64
@@ -101,6 +105,20 @@ func (f *File) HTTPSecret() ([]byte, error) {
 		return nil, errAt(f.Origin("http.secret_file"), "http.secret_file", "(%s): %v", f.HTTP.SecretFile, err)
 	}
 	return s, nil
+}
+
+// Keys names files holding the server's keys, instead of their defaults:
+// DIR/server.key and DIR/checkpoint.key with a data directory's store, the
+// store's shared keys (eventstore.KeyKeeper) with a shared store. Give
+// every member of a cluster the same files.
+type Keys struct {
+	// ServerKeyFile holds the secret (at least 32 bytes) that signs
+	// suspension tokens (and reservation tokens when ledger.key_file is
+	// not set).
+	ServerKeyFile string
+	// CheckpointKeyFile holds the Ed25519 seed (32 bytes, or 64 hex
+	// digits) that signs checkpoints.
+	CheckpointKeyFile string
 }
 
 // MinLedgerKeyBytes is the least a ledger key file may hold.
@@ -386,3 +404,35 @@ func (f *File) HistoryPolicies() (Retention, Expiry) { return f.Retention, f.Exp
 // anything to be removed: retention that archives or deletes, for the
 // server or any prefix, or an inactivity expiry.
 func (f *File) HistoryPoliciesEnabled() bool { return f.Retention.Enabled() || f.Expiry.Enabled() }
+
+// RedactStore returns a store setting fit to print: a URL's password
+// replaced by "xxxxx" (env:NAME and "" as they are).
+func RedactStore(store string) string {
+	u, err := url.Parse(store)
+	if err != nil || u.User == nil {
+		if err != nil && store != "" && !strings.HasPrefix(store, "env:") {
+			return "(a URL that does not parse)"
+		}
+		return store
+	}
+	return u.Redacted()
+}
+
+// StoreURL resolves the store setting: "" for the data directory's
+// file, else the PostgreSQL URL — read from the environment variable an
+// env:NAME setting names (an unset or empty variable is an error naming
+// it).
+func (f *File) StoreURL() (string, error) {
+	name, ok := strings.CutPrefix(f.Store, "env:")
+	if !ok {
+		return f.Store, nil
+	}
+	v := os.Getenv(name)
+	if v == "" {
+		return "", errAt(f.Origin("store"), "store", "names environment variable %s, which is not set (or empty)", name)
+	}
+	if !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
+		return "", errAt(f.Origin("store"), "store", "environment variable %s must hold a postgres:// or postgresql:// URL", name)
+	}
+	return v, nil
+}

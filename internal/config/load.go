@@ -388,6 +388,14 @@ func (f *File) applyMap(m *yaml.Node, prefix string, files map[*yaml.Node]string
 			if key == "http.secret_file" && f.HTTP.SecretFile != "" && !filepath.IsAbs(f.HTTP.SecretFile) {
 				f.HTTP.SecretFile = filepath.Join(filepath.Dir(o.File), f.HTTP.SecretFile) // as data_dir
 			}
+			for _, k := range []struct {
+				key string
+				p   *string
+			}{{"keys.server_key_file", &f.Keys.ServerKeyFile}, {"keys.checkpoint_key_file", &f.Keys.CheckpointKeyFile}} {
+				if key == k.key && *k.p != "" && !filepath.IsAbs(*k.p) {
+					*k.p = filepath.Join(filepath.Dir(o.File), *k.p) // as data_dir
+				}
+			}
 		case isSection(key):
 			if v.Kind != yaml.MappingNode {
 				return errAt(o, key, "must be a mapping, got %s", describe(v))

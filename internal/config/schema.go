@@ -20,11 +20,12 @@ import (
 // *int and *int64 are integers, *time.Duration a duration, *string a
 // string, *bool on/off, *[]string a list of strings.
 type spec struct {
-	min, max int64             // integers and durations: the least (and, if max > 0, largest) value
-	enum     []string          // strings: the values allowed (nil: any)
-	nonEmpty bool              // strings: "" is refused
-	check    func(string) bool // strings: an extra test; false refuses the value
-	want     string            // what check wants, for the message
+	min, max int64               // integers and durations: the least (and, if max > 0, largest) value
+	enum     []string            // strings: the values allowed (nil: any)
+	nonEmpty bool                // strings: "" is refused
+	check    func(string) bool   // strings: an extra test; false refuses the value
+	want     string              // what check wants, for the message
+	redact   func(string) string // strings: how a refused value is shown (a URL's password hidden)
 }
 
 // setting is one key of the file, in the order Explain prints them.
@@ -80,12 +81,36 @@ var dollars = spec{check: func(s string) bool {
 	return err == nil
 }, want: "an amount in currency units, not negative (0.25: 25 cents)"}
 
+// storeURL is "", a PostgreSQL URL, or env:NAME.
+var storeURL = spec{check: func(s string) bool {
+	if name, ok := strings.CutPrefix(s, "env:"); ok {
+		return validEnvName(name)
+	}
+	return s == "" || strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}, want: `"" (the data directory), a postgres:// or postgresql:// URL, or env:NAME`, redact: RedactStore}
+
+func validEnvName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i, r := range name {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
 var logLevel = spec{check: func(s string) bool { var l slog.Level; return l.UnmarshalText([]byte(s)) == nil }, want: "debug, info, warn or error"}
 
 // settings is the schema: every key a file may set.
 var settings = func() []setting {
 	s := []setting{
 		{key: "data_dir", flag: "data", usage: "data directory (holds stateindex.db and server.key)", spec: spec{nonEmpty: true}, field: func(f *File) any { return &f.DataDir }},
+		{key: "store", flag: "store", usage: "where the log is kept: \"\" for the data directory's file, postgres://USER@HOST:PORT/DB?... for a PostgreSQL database (shared by the members of a --cluster), or env:NAME to read that URL from environment variable NAME (keeps a password off the command line)",
+			spec: storeURL, field: func(f *File) any { return &f.Store }},
+		{key: "keys.server_key_file", field: func(f *File) any { return &f.Keys.ServerKeyFile }},
+		{key: "keys.checkpoint_key_file", field: func(f *File) any { return &f.Keys.CheckpointKeyFile }},
 		{key: "log_level", flag: "log-level", usage: "debug, info, warn or error", spec: logLevel, field: func(f *File) any { return &f.LogLevel }},
 		{key: "shards", flag: "shards", usage: "shard actors (a scope always lands on the same one); in a cluster the same on every member", spec: positive(), field: func(f *File) any { return &f.Shards }},
 		{key: "snapshot_every", flag: "snapshot-every", usage: "events between a scope's snapshots", spec: positive(), field: func(f *File) any { return &f.SnapshotEvery }},
@@ -252,7 +277,11 @@ func assign(sp spec, ptr any, node *yaml.Node, text string, o Origin, key string
 		case sp.enum != nil && !slices.Contains(sp.enum, text):
 			return fail("must be one of %s, got %q", strings.Join(sp.enum, ", "), text)
 		case sp.check != nil && !sp.check(text):
-			return fail("must be %s, got %q", sp.want, text)
+			shown := text
+			if sp.redact != nil {
+				shown = sp.redact(text)
+			}
+			return fail("must be %s, got %q", sp.want, shown)
 		}
 		*p = text
 	case *float64:

@@ -198,13 +198,29 @@ func lockShared(path string, timeout time.Duration) (func(), error) {
 	}
 }
 
-// Store runs the logical checks on an open store: BoltStore.Verify (hash
-// chains, envelope versions, the global index, snapshot checksums, bbolt's
-// own page check), then, for every stream whose chain is sound, a replay
+// Source is what the logical checks read: a store that keeps signed
+// checkpoints (BoltStore, PostgresStore).
+type Source interface {
+	eventstore.Store
+	eventstore.Checkpointer
+}
+
+// wholeVerifier is a store with a check of its own over everything it
+// holds (BoltStore.Verify: the hash chains, envelope versions, the global
+// index, snapshot checksums, bbolt's page check).
+type wholeVerifier interface {
+	Verify(ctx context.Context, report func(stream string, err error)) error
+}
+
+// Store runs the logical checks on an open store: the store's own check
+// (BoltStore.Verify: hash chains, envelope versions, the global index,
+// snapshot checksums, bbolt's own page check) — or, for a store without
+// one, every stream's hash chain (VerifyStream) and the global order
+// (checkGlobalOrder) — then, for every stream whose chain is sound, a replay
 // from its first event with the domain's invariants checked, each
 // snapshot compared with the replay at its version, and every checkpoint
 // compared with the chain and its signature checked.
-func Store(ctx context.Context, st *eventstore.BoltStore, opts Options, report func(Problem)) (Summary, error) {
+func Store(ctx context.Context, st Source, opts Options, report func(Problem)) (Summary, error) {
 	var sum Summary
 	add := func(p Problem) {
 		sum.Problems++
@@ -213,10 +229,18 @@ func Store(ctx context.Context, st *eventstore.BoltStore, opts Options, report f
 		}
 	}
 	damaged := map[string]bool{}
-	err := st.Verify(ctx, func(stream string, err error) {
-		damaged[stream] = true
-		add(problemOf(stream, err))
-	})
+	var err error
+	if w, ok := st.(wholeVerifier); ok {
+		err = w.Verify(ctx, func(stream string, err error) {
+			damaged[stream] = true
+			add(problemOf(stream, err))
+		})
+	} else {
+		err = verifyEach(ctx, st, func(stream string, err error) {
+			damaged[stream] = true
+			add(problemOf(stream, err))
+		})
+	}
 	if err != nil && !errors.Is(err, eventstore.ErrCorrupt) {
 		return sum, err // canceled, closed
 	}
@@ -291,7 +315,7 @@ func unjoin(err error) []error {
 }
 
 // checkStream replays one stream and checks its snapshot and checkpoints.
-func checkStream(ctx context.Context, st *eventstore.BoltStore, info eventstore.StreamInfo, cps []eventstore.Checkpoint,
+func checkStream(ctx context.Context, st Source, info eventstore.StreamInfo, cps []eventstore.Checkpoint,
 	opts Options, sum *Summary, add func(Problem)) error {
 	name := info.Stream
 	// The snapshot, if any: its window size is the one to replay with, so
@@ -534,7 +558,7 @@ func applySafely(st *frames.State, ev frames.Event) (err error) {
 
 // firstBrokenInvariant replays the stream again, checking the invariants
 // after every event, to name the first version that breaks one.
-func firstBrokenInvariant(ctx context.Context, st *eventstore.BoltStore, name string, horizon, skew int64, end error) Problem {
+func firstBrokenInvariant(ctx context.Context, st Source, name string, horizon, skew int64, end error) Problem {
 	state := frames.NewState(name, horizon)
 	state.SetHorizon(horizon, skew)
 	p := Problem{Stream: name, What: fmt.Sprintf("the replayed state breaks an invariant: %v", end)}
@@ -574,3 +598,71 @@ const DataFile = "stateindex.db"
 
 // DataPath is the data file of data directory dir.
 func DataPath(dir string) string { return filepath.Join(dir, DataFile) }
+
+// verifyEach is the store-wide check for a store without one of its own:
+// every stream's hash chain against its metadata (VerifyStream), then the
+// global order (checkGlobalOrder). Problems go to report; the error is
+// ErrCorrupt if there were any, or what stopped the walk.
+func verifyEach(ctx context.Context, st eventstore.Store, report func(stream string, err error)) error {
+	var names []string
+	if err := st.Streams(ctx, func(i eventstore.StreamInfo) error { names = append(names, i.Stream); return nil }); err != nil {
+		return err
+	}
+	bad := 0
+	for _, name := range names {
+		if err := st.VerifyStream(ctx, name); err != nil {
+			if ctx.Err() != nil || errors.Is(err, eventstore.ErrClosed) {
+				return err
+			}
+			bad++
+			report(name, err)
+		}
+	}
+	n, err := checkGlobalOrder(ctx, st, report)
+	if err != nil {
+		return err
+	}
+	if bad+n > 0 {
+		return fmt.Errorf("%w: %d problem(s)", eventstore.ErrCorrupt, bad+n)
+	}
+	return nil
+}
+
+// checkGlobalOrder reads the whole log in global order (ReadAll) and checks
+// that the sequences strictly increase up to LastSeq and that each
+// stream's versions come in order in it, each once: the order every
+// reader of the log (subscriptions, the registry) relies on. It returns
+// how many problems it reported.
+func checkGlobalOrder(ctx context.Context, st eventstore.Store, report func(stream string, err error)) (int, error) {
+	last, err := st.LastSeq(ctx)
+	if err != nil {
+		return 0, err
+	}
+	problems := 0
+	bad := func(stream string, format string, args ...any) {
+		problems++
+		if problems <= maxProblems {
+			report(stream, fmt.Errorf(format, args...))
+		}
+	}
+	var prev uint64
+	versions := map[string]int64{}
+	err = st.ReadAll(ctx, 1, func(r eventstore.Record) error {
+		if r.Seq <= prev {
+			bad("", "global order: sequence %d after %d", r.Seq, prev)
+		}
+		if r.Seq > last {
+			bad("", "global order: sequence %d beyond the last sequence %d", r.Seq, last)
+		}
+		prev = r.Seq
+		if v, seen := versions[r.Stream]; seen && r.Version != v+1 {
+			bad(r.Stream, "global order: version %d follows version %d of the stream (sequence %d)", r.Version, v, r.Seq)
+		}
+		versions[r.Stream] = r.Version
+		return nil
+	})
+	if err != nil {
+		return problems, err
+	}
+	return problems, nil
+}

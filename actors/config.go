@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/frames"
 )
@@ -129,6 +132,19 @@ type Config struct {
 	// open a file to read it; Server.RunStateExpiry still runs a pass, and
 	// expired keys stay invisible to reads either way).
 	StateExpiryCheck time.Duration
+	// MeterProvider, if set, receives the StateIndex's metrics (metrics.go
+	// lists them; otel.GetMeterProvider() for the global one). nil records
+	// none, at no cost.
+	MeterProvider metric.MeterProvider
+	// TracerProvider, if set, traces every request: a span per request,
+	// child of the caller's span (from the Client's context, also across
+	// the wire), with its store append as a child span (tracing.go). nil
+	// traces nothing.
+	TracerProvider trace.TracerProvider
+
+	// obs is the server's telemetry (metrics.go), set by Start; nil when
+	// neither provider is set and the logger does not log requests.
+	obs *observer
 }
 
 // DefaultConfig returns the defaults. TokenKey is left empty: Start refuses

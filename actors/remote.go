@@ -180,11 +180,13 @@ func (g *gateway) Receive(c actor.Context) {
 		}
 		pid, msg, refusal := g.srv.target(m)
 		if refusal != nil {
+			g.srv.cfg.obs.begin(context.Background(), m).end(m, refusal)
 			if c.Sender() != nil {
 				c.Respond(refusal)
 			}
 			return
 		}
+		msg.obs = g.srv.cfg.obs.begin(context.Background(), m)
 		c.RequestWithCustomSender(pid, msg, c.Sender())
 	case actor.AutoReceiveMessage, actor.SystemMessage, *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
 	default:
@@ -237,6 +239,14 @@ func (g *gateway) serveWire(c actor.Context, m *wire.Message) {
 		return
 	}
 	shard, msg, refusal := g.srv.target(req)
+	if o := g.srv.cfg.obs; o != nil {
+		r := o.begin(extractTrace(m), req)
+		if refusal != nil {
+			r.end(req, refusal)
+		} else {
+			msg.obs = r
+		}
+	}
 	switch {
 	case refusal != nil:
 		if to != nil {
@@ -459,6 +469,7 @@ func (t *remoteTransport) request(ctx context.Context, target *actor.PID, msg an
 		t.mu.Unlock()
 	}()
 
+	injectTrace(ctx, msg)
 	t.sys.Root.RequestWithCustomSender(target, msg, pid)
 	// ctx carries the request's deadline; the timer is only a backstop for
 	// a context without one, and ends the request as the deadline would.

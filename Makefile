@@ -35,12 +35,12 @@ vet:
 	$(GO) vet ./...
 
 ## check-deps: fail if a pure package depends on bbolt, protoactor, msgpack (or a
-## msgpack code generator's runtime), the wire package and its hand-written codec, or the
-## BPE tokenizer (its ranks stay out of the core)
+## msgpack code generator's runtime), the wire package and its hand-written codec, the
+## BPE tokenizer (its ranks stay out of the core) or OpenTelemetry
 check-deps:
-	@bad=$$($(GO) list -deps $(PURE) | grep -E 'go.etcd.io/bbolt|protoactor|msgpack|tinylib/msgp|actors/wire|tiktoken|stateindex/tokenizer' || true); \
+	@bad=$$($(GO) list -deps $(PURE) | grep -E 'go.etcd.io/bbolt|protoactor|msgpack|tinylib/msgp|actors/wire|tiktoken|stateindex/tokenizer|go.opentelemetry.io' || true); \
 	if [ -n "$$bad" ]; then echo "pure core depends on: $$bad" >&2; exit 1; fi; \
-	echo "check-deps: budget, compaction and frames import none of bbolt, protoactor, msgpack, msgp, actors/wire, the tokenizer"
+	echo "check-deps: budget, compaction and frames import none of bbolt, protoactor, msgpack, msgp, actors/wire, the tokenizer, OpenTelemetry"
 
 ## bench: `stateindex bench` (durable, assemble, resume, storage, remote) then the peers
 ## (state.json, SQLite, StateIndex) side by side in one table; durable: it fsyncs.

@@ -41,6 +41,9 @@
 //	               (the wire codec is package actors/wire)
 //	cluster.go     clustering: placement of scopes on their home member, members and
 //	               client nodes
+//	metrics.go     telemetry: the observer that follows a request from its admission to
+//	               its reply, its metrics (the list is there) and the debug line per
+//	               request; tracing.go its spans and the trace context on the wire
 //	config.go      Config and its defaults; errors.go the sentinels and the mapping of
 //	               domain errors to wire codes; token.go signed suspension tokens;
 //	               checkpoint.go signed checkpoints

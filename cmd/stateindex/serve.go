@@ -25,7 +25,7 @@ import (
 )
 
 func init() {
-	register(command{name: "serve", summary: "[--config FILE] --data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]]   run the StateIndex", run: serve})
+	register(command{name: "serve", summary: "[--config FILE] --data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]] [--metrics HOST:PORT] [--trace-otlp URL]   run the StateIndex", run: serve})
 }
 
 // retentionConfig turns the file's retention and expiry into the server's
@@ -94,6 +94,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tel, err := startTelemetry(file, log) // metrics.go
+	if err != nil {
+		return err
+	}
+	defer tel.close(context.Background())
+	tel.configure(&cfg, &storeOpts)
 
 	// Listen for signals before announcing readiness, so a signal right
 	// after the log line is never missed.
@@ -143,7 +149,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		libLevel = max(level, slog.LevelWarn) // Proto.Actor narrates every connection and topology change at info
 	}
 	libLog := slog.New(demote{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: libLevel})}).With("lib", "protoactor")
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return libLog }))
+	sys := actor.NewActorSystem(append([]actor.ConfigOption{actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return libLog })}, tel.actorOptions()...)...)
 	abs, _ := filepath.Abs(filepath.Join(dir, dbFile))
 	admin, err := startAdmin(dir, store, log)
 	if err != nil {
@@ -227,7 +233,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		shutdown = func() { srv.Stop(); sys.Shutdown() }
 	}
 
+	tel.serving()
 	<-ctx.Done()
+	tel.stopping()
 	log.Info("stateindex stopping: finishing queued requests")
 	admin.stop()
 	shutdown()

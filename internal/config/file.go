@@ -36,6 +36,8 @@ type File struct {
 	Hooks          []Hook
 	Registry       Registry
 	Ledger         Ledger
+	Metrics        Metrics
+	Tracing        Tracing
 
 	// Sources lists the files read, the named one first, then each base.
 	Sources []string
@@ -121,6 +123,23 @@ type Remoting struct {
 	MaxMessageBytes int
 }
 
+// Metrics configures the metrics endpoint: Listen is the HOST:PORT that
+// serves Prometheus metrics at /metrics and a health check at /healthz
+// ("" serves none).
+type Metrics struct {
+	Listen string
+}
+
+// Tracing configures traces: OTLP is the OTLP/HTTP endpoint spans are
+// exported to (http://HOST:4318; "" exports none unless the environment
+// sets OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT),
+// SampleRatio the fraction of traces started here that are kept (a
+// caller's sampled trace is always followed).
+type Tracing struct {
+	OTLP        string
+	SampleRatio float64
+}
+
 // Cluster configures membership of a Proto.Actor cluster.
 type Cluster struct {
 	Name           string // "" runs standalone
@@ -166,6 +185,7 @@ func Default() *File {
 		RequestTimeout: d.RequestTimeout,
 		Remoting:       Remoting{MaxMessageBytes: wire.DefaultMaxBytes},
 		Cluster:        Cluster{HealthInterval: time.Second},
+		Tracing:        Tracing{SampleRatio: 1},
 		Registry:       Registry{Enabled: true, Interval: 25 * time.Millisecond},
 		Ledger:         Ledger{Unestimated: string(frames.EstimateDeny), Lease: time.Duration(frames.DefaultLease)},
 		Retention:      Retention{Default: RetentionPolicy{KeepLastN: 10, DeleteOlderThan: 7 * 24 * time.Hour, OnCompletion: Keep, ArchiveDir: "archive"}, Interval: time.Minute},

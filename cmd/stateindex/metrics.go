@@ -37,6 +37,7 @@ import (
 // OTLP/HTTP. Both are off unless configured.
 type telemetry struct {
 	meter  *sdkmetric.MeterProvider // nil: no metrics
+	actor  bool                     // Proto.Actor's metrics too
 	tracer *sdktrace.TracerProvider // nil: no traces
 	http   *http.Server
 	addr   string       // where /metrics is served ("" when not)
@@ -78,8 +79,10 @@ func startTelemetry(file *config.File, log *slog.Logger) (*telemetry, error) {
 			return nil, fmt.Errorf("metrics: cannot listen on %s: %w", file.Metrics.Listen, err)
 		}
 		t.meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))
-		// Proto.Actor records its own metrics on the global provider.
-		otel.SetMeterProvider(t.meter)
+		if t.actor = file.Metrics.ActorSystem; t.actor {
+			// Proto.Actor records its own metrics on the global provider.
+			otel.SetMeterProvider(t.meter)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{log}}))
 		mux.HandleFunc("/healthz", t.health)
@@ -159,9 +162,9 @@ func (t *telemetry) configure(cfg *actors.Config, opts *eventstore.Options) {
 }
 
 // actorOptions are the actor system's options for Proto.Actor's own
-// metrics (through the same provider).
+// metrics (through the same provider; metrics.actor_system).
 func (t *telemetry) actorOptions() []actor.ConfigOption {
-	if t.meter == nil {
+	if t.meter == nil || !t.actor {
 		return nil
 	}
 	return []actor.ConfigOption{actor.WithMetricProviders(t.meter)}

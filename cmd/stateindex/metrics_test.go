@@ -175,3 +175,20 @@ func TestTracesExportOverOTLP(t *testing.T) {
 		tel.close(context.Background())
 	})
 }
+
+func TestProtoActorMetricsCanBeLeftOut(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	file := config.Default()
+	file.Metrics.Listen = "127.0.0.1:0"
+	tel, err := startTelemetry(file, quiet)
+	require.NoError(t, err)
+	assert.Len(t, tel.actorOptions(), 1, "on by default: Proto.Actor's metrics through the same provider")
+	tel.close(context.Background())
+
+	file.Metrics.ActorSystem = false
+	tel, err = startTelemetry(file, quiet)
+	require.NoError(t, err)
+	assert.Empty(t, tel.actorOptions(), "metrics.actor_system: off")
+	assert.NotNil(t, tel.meter, "the StateIndex's own metrics stay on")
+	tel.close(context.Background())
+}

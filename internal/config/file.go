@@ -125,9 +125,11 @@ type Remoting struct {
 
 // Metrics configures the metrics endpoint: Listen is the HOST:PORT that
 // serves Prometheus metrics at /metrics and a health check at /healthz
-// ("" serves none).
+// ("" serves none); ActorSystem adds Proto.Actor's own metrics (per actor
+// message: they cost more than the StateIndex's).
 type Metrics struct {
-	Listen string
+	Listen      string
+	ActorSystem bool
 }
 
 // Tracing configures traces: OTLP is the OTLP/HTTP endpoint spans are
@@ -185,6 +187,7 @@ func Default() *File {
 		RequestTimeout: d.RequestTimeout,
 		Remoting:       Remoting{MaxMessageBytes: wire.DefaultMaxBytes},
 		Cluster:        Cluster{HealthInterval: time.Second},
+		Metrics:        Metrics{ActorSystem: true},
 		Tracing:        Tracing{SampleRatio: 1},
 		Registry:       Registry{Enabled: true, Interval: 25 * time.Millisecond},
 		Ledger:         Ledger{Unestimated: string(frames.EstimateDeny), Lease: time.Duration(frames.DefaultLease)},

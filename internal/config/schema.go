@@ -169,6 +169,7 @@ var settings = func() []setting {
 		setting{key: "state.max_key_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxStateKeyBytes }},
 		setting{key: "metrics.listen", flag: "metrics", usage: "serve Prometheus metrics at http://HOST:PORT/metrics and a health check at /healthz (on that host only)",
 			spec: hostPort, field: func(f *File) any { return &f.Metrics.Listen }},
+		setting{key: "metrics.actor_system", field: func(f *File) any { return &f.Metrics.ActorSystem }},
 		setting{key: "tracing.otlp", flag: "trace-otlp", usage: "export a span per request over OTLP/HTTP to this URL (http://HOST:4318); OTEL_EXPORTER_OTLP_ENDPOINT works too",
 			spec: otlpURL, field: func(f *File) any { return &f.Tracing.OTLP }},
 		setting{key: "tracing.sample_ratio", spec: sampleRatio, field: func(f *File) any { return &f.Tracing.SampleRatio }},

@@ -59,6 +59,7 @@ import (
 //	stateindex.pack.assembled                counter    context packs, by stateindex.compaction.level
 //	stateindex.pack.tokens                   histogram  {token}, a pack's tokens under its counter, by level
 //	stateindex.pack.handles.excluded         counter    handles left out of packs, by stateindex.pack.exclusion (dropped|summarized)
+//	stateindex.pack.segment.tokens           counter    {token}, tokens of the segments packs carried, by stateindex.pack.priority
 //	stateindex.compactions                   counter    compactions recorded, by level
 //	stateindex.compaction.reduction          histogram  {token}, tokens a compaction took out of a frame's live context
 //	stateindex.continuations                 counter    frames continued by a new link of their chain
@@ -96,8 +97,11 @@ type observer struct {
 }
 
 // numLevels bounds the compaction levels counted apart (the last counts
-// any level above).
-const numLevels = 6
+// any level above); numPriorities the priorities (slot 0 counts any other).
+const (
+	numLevels     = 6
+	numPriorities = int(compaction.Background) + 1
+)
 
 // counts are the observer's counters. The hot path adds to atomics and the
 // meter reads them when it collects (observable counters): an atomic add
@@ -117,6 +121,7 @@ type counts struct {
 	retScopes   [2]atomic.Int64 // trim, expire
 	packs       [numLevels]atomic.Int64
 	excluded    [2]atomic.Int64 // dropped, summarized
+	byPriority  [numPriorities]atomic.Int64
 	compactions [numLevels]atomic.Int64
 	continued   atomic.Int64
 	inDoubt     atomic.Int64
@@ -150,6 +155,7 @@ const (
 	attrCache      = attribute.Key("stateindex.cache.result")
 	attrFromSnap   = attribute.Key("stateindex.load.from_snapshot")
 	attrExclusion  = attribute.Key("stateindex.pack.exclusion")
+	attrPriority   = attribute.Key("stateindex.pack.priority")
 	attrToolEvent  = attribute.Key("stateindex.tool_call.event")
 	attrLedger     = attribute.Key("stateindex.ledger.event")
 	attrRetention  = attribute.Key("stateindex.retention.action")
@@ -312,6 +318,15 @@ func (o *observer) registerCounters() error {
 	add("stateindex.pack.assembled", "{pack}", "Context packs assembled, by compaction level", many(ptrs(n.packs[:]), levelSets))
 	add("stateindex.pack.handles.excluded", "{handle}", "Handles left out of packs: dropped, or summarized",
 		many(ptrs(n.excluded[:]), []metric.MeasurementOption{set(attrExclusion.String("dropped")), set(attrExclusion.String("summarized"))}))
+	var prioSets []metric.MeasurementOption
+	for i := 0; i < numPriorities; i++ {
+		name := compaction.Priority(i).String()
+		if i == 0 {
+			name = "other"
+		}
+		prioSets = append(prioSets, set(attrPriority.String(name)))
+	}
+	add("stateindex.pack.segment.tokens", "{token}", "Tokens of the segments packs carried, by the handles' priority", many(ptrs(n.byPriority[:]), prioSets))
 	add("stateindex.compactions", "{compaction}", "Compactions recorded, by level", many(ptrs(n.compactions[:]), levelSets))
 	add("stateindex.continuations", "{frame}", "Frames continued by a new link of their chain", one(&n.continued))
 	add("stateindex.tool_calls", "{call}", "Tool calls started, finished and abandoned",
@@ -454,6 +469,13 @@ func (o *observer) replied(ctx context.Context, reply messages.Reply) {
 		o.packTokens.Record(ctx, r.TokenSummary.Used, o.levels[lv])
 		o.n.excluded[0].Add(int64(len(r.Dropped)))
 		o.n.excluded[1].Add(int64(len(r.Summarized)))
+		for i := range r.Segments {
+			p := int(r.Segments[i].Priority)
+			if p >= numPriorities {
+				p = 0
+			}
+			o.n.byPriority[p].Add(r.Segments[i].Tokens)
+		}
 	case *messages.ActorResumeState:
 		n := 0
 		for _, p := range r.PendingWork {

@@ -197,7 +197,8 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 			b.ReportMetric(w, "%wall-"+m)
 			b.ReportMetric(c, "%cpu-"+m)
 		}
-		b.Logf("%s\n\t\twall rounds %v\n\t\tcpu rounds  %v", line, rounded(wall[m]), rounded(cpu[m]))
+		// Printed, not logged: a benchmark's log is cut after ten lines.
+		fmt.Printf("%s\n    wall rounds %v\n    cpu rounds  %v\n", line, rounded(wall[m]), rounded(cpu[m]))
 	}
 }
 

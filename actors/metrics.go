@@ -37,7 +37,8 @@ import (
 //	stateindex.requests                      counter    requests answered, by stateindex.operation, stateindex.outcome (ok|error), error.type (the code)
 //	stateindex.request.duration              histogram  s, admission to reply, same attributes
 //	stateindex.append.duration               histogram  s, a scope batch's append: the store's group commit as the shell waits for it (stateindex.outcome)
-//	stateindex.append.batch.writes           histogram  requests whose events shared one append
+//	stateindex.appends, stateindex.append.writes counters appends of scope batches (by stateindex.outcome) and the
+//	                                         requests they carried: writes ÷ appends is the mean batch size
 //	stateindex.events.appended               counter    events made durable
 //	stateindex.cache.lookups                 counter    by stateindex.cache.result: hit (decided on a cached scope) or miss (loaded first)
 //	stateindex.cache.evictions               counter    scopes evicted by the LRU bounds
@@ -82,7 +83,7 @@ type observer struct {
 	n counts
 
 	reqDuration, appendDuration, loadDuration, snapDuration, retDuration metric.Float64Histogram
-	batchWrites, loadEvents, snapBytes, readLag                          metric.Int64Histogram
+	loadEvents, snapBytes, readLag                                       metric.Int64Histogram
 	tokenUsage, packTokens, reduction                                    metric.Int64Histogram
 
 	// Attribute sets, built once: recording with a prebuilt set allocates
@@ -108,25 +109,27 @@ const (
 // per event instead of an SDK measurement, whose attribute lookup under a
 // lock costs a few hundred nanoseconds.
 type counts struct {
-	reqOK       [messages.NumOps]atomic.Int64
-	reqErr      sync.Map // opCode → *reqCount
-	hit, miss   atomic.Int64
-	evictions   atomic.Int64
-	loads       [2]atomic.Int64 // replayed, from a snapshot
-	events      atomic.Int64
-	snapshots   [2]atomic.Int64 // ok, error
-	retPasses   atomic.Int64
-	retRemoved  atomic.Int64
-	retErrors   atomic.Int64
-	retScopes   [2]atomic.Int64 // trim, expire
-	packs       [numLevels]atomic.Int64
-	excluded    [2]atomic.Int64 // dropped, summarized
-	byPriority  [numPriorities]atomic.Int64
-	compactions [numLevels]atomic.Int64
-	continued   atomic.Int64
-	inDoubt     atomic.Int64
-	toolCalls   [3]atomic.Int64 // started, finished, abandoned
-	ledger      [3]atomic.Int64 // reserved, returned, settled
+	reqOK        [messages.NumOps]atomic.Int64
+	reqErr       sync.Map // opCode → *reqCount
+	hit, miss    atomic.Int64
+	evictions    atomic.Int64
+	loads        [2]atomic.Int64 // replayed, from a snapshot
+	events       atomic.Int64
+	appends      [2]atomic.Int64 // ok, error
+	appendWrites atomic.Int64
+	snapshots    [2]atomic.Int64 // ok, error
+	retPasses    atomic.Int64
+	retRemoved   atomic.Int64
+	retErrors    atomic.Int64
+	retScopes    [2]atomic.Int64 // trim, expire
+	packs        [numLevels]atomic.Int64
+	excluded     [2]atomic.Int64 // dropped, summarized
+	byPriority   [numPriorities]atomic.Int64
+	compactions  [numLevels]atomic.Int64
+	continued    atomic.Int64
+	inDoubt      atomic.Int64
+	toolCalls    [3]atomic.Int64 // started, finished, abandoned
+	ledger       [3]atomic.Int64 // reserved, returned, settled
 }
 
 // reqCount counts the requests of an operation that failed with a code.
@@ -217,7 +220,6 @@ func newObserver(cfg Config) *observer {
 	}
 	o.reqDuration = seconds("stateindex.request.duration", "Time from a request's admission to its reply, by operation and outcome")
 	o.appendDuration = seconds("stateindex.append.duration", "A scope batch's append as the shell waits for it: the store's group commit, fsync included")
-	o.batchWrites = ints("stateindex.append.batch.writes", "{request}", "Requests whose events shared one append", countBuckets)
 	o.loadDuration = seconds("stateindex.scope.load.duration", "Time to rebuild a cold scope: its snapshot plus the events after it")
 	o.loadEvents = ints("stateindex.scope.load.events", "{event}", "Events replayed to rebuild a cold scope", countBuckets)
 	o.snapBytes = ints("stateindex.snapshot.bytes", "By", "Encoded size of a snapshot", byteBuckets)
@@ -309,6 +311,9 @@ func (o *observer) registerCounters() error {
 	add("stateindex.scope.loads", "{scope}", "Cold scopes rebuilt from the store",
 		many(ptrs(n.loads[:]), []metric.MeasurementOption{set(attrFromSnap.Bool(false)), set(attrFromSnap.Bool(true))}))
 	add("stateindex.events.appended", "{event}", "Events made durable", one(&n.events))
+	add("stateindex.appends", "{append}", "Appends of a scope's batch of writes, by outcome",
+		many(ptrs(n.appends[:]), []metric.MeasurementOption{set(attrOutcome.String("ok")), set(attrOutcome.String("error"))}))
+	add("stateindex.append.writes", "{request}", "Requests the appends carried (over stateindex.appends: the mean batch size)", one(&n.appendWrites))
 	add("stateindex.snapshots", "{snapshot}", "Snapshots saved, by outcome", many(ptrs(n.snapshots[:]), []metric.MeasurementOption{set(attrOutcome.String("ok")), set(attrOutcome.String("error"))}))
 	add("stateindex.retention.passes", "{pass}", "Retention passes run", one(&n.retPasses))
 	add("stateindex.retention.scopes", "{scope}", "Scopes a retention pass cut (trim) or destroyed for inactivity (expire)",
@@ -573,7 +578,12 @@ func (o *observer) appended(m appendMark, b *batch, res eventstore.AppendResult,
 			s = o.fail
 		}
 		o.appendDuration.Record(ctx, time.Since(m.start).Seconds(), s)
-		o.batchWrites.Record(ctx, int64(len(b.writes)))
+		if err != nil {
+			o.n.appends[1].Add(1)
+		} else {
+			o.n.appends[0].Add(1)
+		}
+		o.n.appendWrites.Add(int64(len(b.writes)))
 	}
 	if o.tracer != nil {
 		endAppendSpans(b, res, err)

@@ -159,7 +159,10 @@ func (s *shard) write(c actor.Context, req messages.Request, to replyTo, w *writ
 		return false
 	}
 	self, root := c.Self(), c.ActorSystem().Root
+	obs := s.h.cfg.obs
+	mark := obs.appending(b)
 	s.h.appendBatch(b, func(res eventstore.AppendResult, err error) {
+		obs.appended(mark, b, res, err)
 		root.Send(self, &committed{b: b, res: res, err: err})
 	})
 	return true

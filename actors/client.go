@@ -53,6 +53,8 @@ type Client struct {
 	// SeeOwnWrites (client_registry.go).
 	positions *writePositions
 	home      func(scope string) string
+	// obs, when set, observes the requests this Client admits (metrics.go).
+	obs *observer
 }
 
 // NewClient returns a Client that sends every request to pid: a Server's
@@ -193,7 +195,11 @@ func (c *Client) request(ctx context.Context, req messages.Request, _ time.Durat
 	if c.admit != nil {
 		var err error
 		if msg, err = c.admit(req); err != nil {
+			c.obs.refuse(ctx, req, err)
 			return nil, err
+		}
+		if g, ok := msg.(*gated); ok {
+			g.obs = c.obs.begin(ctx, req)
 		}
 	}
 	sys := c.root.ActorSystem()

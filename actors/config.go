@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/stateindex/stateindex/compaction"
 	"github.com/stateindex/stateindex/eventstore"
 	"github.com/stateindex/stateindex/frames"
@@ -142,6 +145,20 @@ type Config struct {
 	// refuses an Owner with a store that is not a Fencer. Empty: no
 	// fencing (a store of one server: bbolt).
 	Owner string
+
+	// MeterProvider, if set, receives the StateIndex's metrics (metrics.go
+	// lists them; otel.GetMeterProvider() for the global one). nil records
+	// none, at no cost.
+	MeterProvider metric.MeterProvider
+	// TracerProvider, if set, traces every request: a span per request,
+	// child of the caller's span (from the Client's context, also across
+	// the wire), with its store append as a child span (tracing.go). nil
+	// traces nothing.
+	TracerProvider trace.TracerProvider
+
+	// obs is the server's telemetry (metrics.go), set by Start; nil when
+	// neither provider is set and the logger does not log requests.
+	obs *observer
 }
 
 // DefaultConfig returns the defaults. TokenKey is left empty: Start refuses

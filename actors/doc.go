@@ -47,6 +47,9 @@
 //	               scope takes, the fence its appends carry, what a deposed owner does
 //	tls.go         keeping callers out: TLS, mutual TLS and a shared secret
 //	               (Security, WithSecurity, ClusterConfig.Security)
+//	metrics.go     telemetry: the observer that follows a request from its admission to
+//	               its reply, its metrics (the list is there) and the debug line per
+//	               request; tracing.go its spans and the trace context on the wire
 //	config.go      Config and its defaults; errors.go the sentinels and the mapping of
 //	               domain errors to wire codes; token.go signed suspension tokens;
 //	               checkpoint.go signed checkpoints

@@ -53,6 +53,11 @@ type handler struct {
 	// fencer is the shared store's owner registry when fencing is on
 	// (Config.Owner set): a scope loaded takes its next epoch (fence.go).
 	fencer eventstore.Fencer
+	// stats are what the shard publishes for the gauges, and reloaded says
+	// the request being handled was the one that loaded its scope (it
+	// counted as a cache miss) (metrics.go).
+	stats    *shardStats
+	reloaded bool
 }
 
 // entry is a cached scope.
@@ -80,7 +85,7 @@ type entry struct {
 }
 
 func newHandler(cfg Config, store eventstore.Store, cacheScopes int, cacheBytes int64) (*handler, error) {
-	h := &handler{cfg: cfg, store: store, maxBytes: cacheBytes, log: cfg.Logger, inFlight: map[string]int{}, recounts: map[string]*recounting{}}
+	h := &handler{cfg: cfg, store: store, maxBytes: cacheBytes, log: cfg.Logger, inFlight: map[string]int{}, recounts: map[string]*recounting{}, stats: cfg.obs.newShard()}
 	if cfg.Owner != "" {
 		f, ok := store.(eventstore.Fencer)
 		if !ok {
@@ -88,7 +93,7 @@ func newHandler(cfg Config, store eventstore.Store, cacheScopes int, cacheBytes 
 		}
 		h.fencer = f
 	}
-	cache, err := simplelru.NewLRU[string, *entry](max(cacheScopes, 1), func(_ string, e *entry) { h.bytes -= e.size })
+	cache, err := simplelru.NewLRU[string, *entry](max(cacheScopes, 1), func(scope string, e *entry) { h.bytes -= e.size; h.stats.scopeOut(scope) })
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +150,9 @@ func (h *handler) handleWith(req messages.Request, pre *precount) (out outcome) 
 		}
 	}
 	e, ok := h.cache.Get(req.ScopeName())
+	if !h.reloaded {
+		h.cfg.obs.lookup(ok)
+	}
 	if !ok {
 		return outcome{job: h.loadJob(req)}
 	}
@@ -211,6 +219,7 @@ func (h *handler) loadJobThen(req messages.Request, then func(*entry)) *job {
 				return replied(failure(req, toWire(l.err)))
 			}
 			if _, ok := h.cache.Peek(scope); !ok { // the scope was held: nothing can have loaded it meanwhile
+				h.cfg.obs.loaded(l.info)
 				h.put(scope, &entry{st: l.st, size: estimateState(l.st), snapVersion: l.info.SnapshotVersion,
 					snapBytes: l.info.SnapshotBytes, sinceSnap: l.info.ReplayedBytes, info: l.info, stateRow: l.st.NextStateExpiry(),
 					fence: l.fence})
@@ -218,6 +227,8 @@ func (h *handler) loadJobThen(req messages.Request, then func(*entry)) *job {
 			if e, ok := h.cache.Peek(scope); ok && then != nil {
 				then(e)
 			}
+			h.reloaded = true // its miss is counted
+			defer func() { h.reloaded = false }()
 			return h.handle(req)
 		}}
 }
@@ -259,8 +270,11 @@ func LoadState(ctx context.Context, store eventstore.Store, scope string, recall
 }
 
 func (h *handler) put(scope string, e *entry) {
-	h.cache.Add(scope, e)
+	if h.cache.Add(scope, e) {
+		h.cfg.obs.evicted()
+	}
 	h.bytes += e.size
+	h.stats.scopeIn(scope, e.st)
 	h.trim()
 }
 
@@ -275,6 +289,7 @@ func (h *handler) trim() {
 			continue
 		}
 		h.cache.RemoveOldest()
+		h.cfg.obs.evicted()
 	}
 }
 
@@ -530,6 +545,7 @@ func (h *handler) settle(b *batch, res eventstore.AppendResult, err error) (kept
 		}
 		setPosition(w.reply, res.LastSeq)
 	}
+	h.cfg.obs.committed(h, b)
 	h.checkpointRunFinished(st.Scope, b.events(), res)
 	h.kickOutbox(st)
 	h.maybeSnapshot(b.e)
@@ -558,7 +574,10 @@ func (h *handler) maybeSnapshot(e *entry) {
 	h.snapshots.Add(1)
 	go func() {
 		defer h.snapshots.Done()
-		if err := h.store.SaveSnapshot(context.Background(), scope, snap); err != nil {
+		start := time.Now()
+		err := h.store.SaveSnapshot(context.Background(), scope, snap)
+		h.cfg.obs.snapshotted(len(snap.Data), time.Since(start), err)
+		if err != nil {
 			h.log.Warn("stateindex: snapshot failed; recovery will replay more events", "scope", scope, "version", snap.Version, "error", err)
 		} else {
 			h.checkpoint(scope, snap.Version, eventstore.CheckpointSnapshot)

@@ -196,11 +196,13 @@ func (g *gateway) Receive(c actor.Context) {
 		}
 		pid, msg, refusal := g.srv.target(m)
 		if refusal != nil {
+			g.srv.cfg.obs.begin(context.Background(), m).end(m, refusal)
 			if c.Sender() != nil {
 				c.Respond(refusal)
 			}
 			return
 		}
+		msg.obs = g.srv.cfg.obs.begin(context.Background(), m)
 		c.RequestWithCustomSender(pid, msg, c.Sender())
 	case actor.AutoReceiveMessage, actor.SystemMessage, *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
 	default:
@@ -253,6 +255,14 @@ func (g *gateway) serveWire(c actor.Context, m *wire.Message) {
 		return
 	}
 	shard, msg, refusal := g.srv.target(req)
+	if o := g.srv.cfg.obs; o != nil {
+		r := o.begin(extractTrace(m), req)
+		if refusal != nil {
+			r.end(req, refusal)
+		} else {
+			msg.obs = r
+		}
+	}
 	switch {
 	case refusal != nil:
 		if to != nil {
@@ -521,6 +531,7 @@ func (t *remoteTransport) request(ctx context.Context, target *actor.PID, msg an
 	}()
 
 	start := time.Now()
+	injectTrace(ctx, msg)
 	t.sys.Root.RequestWithCustomSender(target, msg, pid)
 	t.mu.Lock()
 	p.sent = time.Now() // the message is in the queue of the endpoint's writer

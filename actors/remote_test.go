@@ -69,7 +69,9 @@ func runRemoteChild() int {
 		store = &gatedStore{Store: store, gate: make(chan struct{}), entered: make(chan struct{})}
 		go func() { <-store.(*gatedStore).entered; fmt.Println("append entered") }()
 	}
-	srv, err := actors.Start(sys, store, testConfig(newFakeClock()))
+	cfg := testConfig(newFakeClock())
+	childTelemetry(&cfg) // telemetry_test.go
+	srv, err := actors.Start(sys, store, cfg)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1

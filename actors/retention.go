@@ -203,6 +203,7 @@ func (r *retainer) pass(ctx context.Context) RetentionReport {
 	}
 	r.removeBatched(ctx, &rep)
 	rep.Elapsed = time.Since(start)
+	r.cfg.obs.retention(rep)
 	return rep
 }
 

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -91,6 +92,7 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config, o startOp
 	if _, ok := store.(eventstore.Fencer); cfg.Owner != "" && !ok {
 		return nil, errNotFencer(cfg.Owner, store)
 	}
+	cfg.obs = newObserver(cfg)
 	s := &Server{sys: sys, cfg: cfg, store: store, place: &placement{}, shared: o.shared}
 	if o.shared {
 		s.place.set(ownsNone, nil)
@@ -123,9 +125,11 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config, o startOp
 			}
 			pid, msg, refusal := s.target(m)
 			if refusal != nil {
+				s.cfg.obs.begin(context.Background(), m).end(m, refusal)
 				c.Respond(refusal)
 				return
 			}
+			msg.obs = s.cfg.obs.begin(context.Background(), m)
 			c.RequestWithCustomSender(pid, msg, c.Sender())
 		case actor.SystemMessage, actor.AutoReceiveMessage:
 		default:
@@ -137,6 +141,7 @@ func start(sys *actor.ActorSystem, store eventstore.Store, cfg Config, o startOp
 		return nil, err
 	}
 	s.expiry.start(s.Client())
+	s.cfg.obs.watch(s)
 	return s, nil
 }
 
@@ -147,7 +152,7 @@ func (s *Server) PID() *actor.PID { return s.router }
 func (s *Server) Client() *Client {
 	shards, gates := s.shards, s.gates
 	clock := s.cfg.Clock // the server's clock stamps in-process ids, so test clocks agree
-	return &Client{root: s.sys.Root, timeout: s.cfg.RequestTimeout, newID: func() string { return requestIDAt(clock()) }, positions: newWritePositions(),
+	return &Client{root: s.sys.Root, timeout: s.cfg.RequestTimeout, newID: func() string { return requestIDAt(clock()) }, positions: newWritePositions(), obs: s.cfg.obs,
 		route:  func(scope string) *actor.PID { return shards[shardOf(scope, len(shards))] },
 		global: func(op messages.Op) *actor.PID { return s.services[op] },
 		admit: func(req messages.Request) (any, error) {
@@ -168,6 +173,7 @@ func (s *Server) Client() *Client {
 // Stop waits for the writes in flight to be answered, then stops the
 // shards after the requests already in their mailboxes.
 func (s *Server) Stop() {
+	s.cfg.obs.unwatch()
 	if s.outbox != nil {
 		s.outbox.stop() // its deliveries write through the shards
 	}

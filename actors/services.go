@@ -52,7 +52,7 @@ func notServed(req messages.Request) messages.Reply {
 func receiveGated(c actor.Context) (messages.Request, replyTo, bool) {
 	switch m := c.Message().(type) {
 	case *gated:
-		return m.req, replyTo{pid: c.Sender(), wire: m.wire, limit: m.limit}, true
+		return m.req, replyTo{pid: c.Sender(), wire: m.wire, limit: m.limit, obs: m.obs}, true
 	case messages.Request:
 		return m, replyTo{pid: c.Sender()}, true
 	}
@@ -65,9 +65,13 @@ func receiveGated(c actor.Context) (messages.Request, replyTo, bool) {
 func (to replyTo) send(sender actor.SenderContext, req messages.Request, reply messages.Reply) {
 	switch {
 	case to.pid == nil:
+		to.obs.end(req, reply)
 	case to.wire:
-		sender.Send(to.pid, encodeReply(reply, req, to.limit))
+		m := encodeReply(reply, req, to.limit)
+		to.obs.end(req, reply) // before the caller can see the reply
+		sender.Send(to.pid, m)
 	default:
+		to.obs.end(req, reply)
 		sender.Send(to.pid, reply)
 	}
 }

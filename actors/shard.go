@@ -44,6 +44,7 @@ type replyTo struct {
 	pid   *actor.PID
 	wire  bool
 	limit int
+	obs   *reqObs // the request's telemetry (metrics.go), nil when none
 }
 
 // outcome is what handling a request comes to: a reply now, a write to
@@ -98,6 +99,7 @@ type gated struct {
 	req   messages.Request
 	wire  bool
 	limit int
+	obs   *reqObs // set where the request was admitted (metrics.go)
 }
 
 func overloaded(req messages.Request, max int64) messages.Reply {
@@ -120,7 +122,7 @@ func (s *shard) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *gated:
 		s.gate.mailbox.Add(-1)
-		s.request(c, m.req, replyTo{pid: c.Sender(), wire: m.wire, limit: m.limit})
+		s.request(c, m.req, replyTo{pid: c.Sender(), wire: m.wire, limit: m.limit, obs: m.obs})
 	case messages.Request:
 		s.request(c, m, replyTo{pid: c.Sender()})
 	case *committed:
@@ -156,6 +158,7 @@ func (s *shard) Receive(c actor.Context) {
 	}
 	s.gate.pending.Store(int64(s.held + len(s.waiting)))
 	s.gate.parked.Store(int64(s.parked.n))
+	s.h.stats.sync(s.h)
 }
 
 func (s *shard) request(c actor.Context, m messages.Request, to replyTo) {

@@ -83,6 +83,9 @@ type BoltStore struct {
 	frames       atomic.Uint64
 	warnings     []string
 	replayInfo   ReplayInfo
+
+	// m are the store's metrics (metrics.go); nil without a MeterProvider.
+	m *storeMetrics
 }
 
 var _ Store = (*BoltStore)(nil)
@@ -148,6 +151,7 @@ func Open(path string, opts *Options) (*BoltStore, error) {
 		return nil, err
 	}
 	s.cm.init()
+	s.m = newStoreMetrics(o.MeterProvider, s, o.Logger)
 	if s.j != nil {
 		s.batchBytes = min(o.MaxCommitBytes, int(s.j.capacity())-frameHeaderSize-frameAlign)
 		go s.applyLoop()
@@ -893,6 +897,7 @@ func (s *BoltStore) Close() error {
 		if err := s.db.Close(); err != nil && s.closeErr == nil {
 			s.closeErr = fmt.Errorf("eventstore: close %s: %w", s.path, err)
 		}
+		s.m.close()
 	})
 	return s.closeErr
 }

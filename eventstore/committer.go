@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -212,11 +213,15 @@ func (s *BoltStore) commit(batch []*request) {
 		return
 	}
 	s.cm.committed = 0
+	start := time.Now()
 	err := s.update(func(tx *bolt.Tx) error { return s.cm.apply(tx, batch, s.commitHook.Load()) })
 	clear(s.cm.states)
 	s.cm.arena.reset()
 	if err != nil {
 		s.failCommit(batch, fmt.Errorf("eventstore: commit of %d requests to %s failed: %w", len(batch), s.path, err))
+	}
+	if s.m != nil {
+		s.m.committed(false, len(batch), appendedRecords(batch), time.Since(start), err)
 	}
 	for _, r := range batch {
 		r.answer()

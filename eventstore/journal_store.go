@@ -70,6 +70,7 @@ func (s *BoltStore) commitJournal(batch []*request) {
 		return
 	}
 	c := &s.cm
+	start := time.Now()
 	defer func() {
 		clear(c.states)
 		if c.rtx != nil {
@@ -143,8 +144,11 @@ func (s *BoltStore) commitJournal(batch []*request) {
 		}
 		if err == nil {
 			sealFrame(frame[:frameHeaderSize+payload], gen, startSeq+1, len(recs))
+			ws := time.Now()
 			err = s.j.write(frame, lastSeq)
+			s.m.synced(time.Since(ws), err)
 		}
+		s.m.committed(true, len(batch), len(recs), time.Since(start), err)
 		if err != nil {
 			s.failCommit(batch, fmt.Errorf("eventstore: journal write of %d requests for %s failed: %w", len(batch), s.path, err))
 			for _, r := range batch {
@@ -332,7 +336,9 @@ func (s *BoltStore) applyPending(drain bool) {
 		}
 		a.waiting = rest
 		a.mu.Unlock()
+		ws := time.Now()
 		err := a.write(s.update, recs, snaps, through, s.applyHook.Load())
+		s.m.applied(len(recs), time.Since(ws), err)
 		if err != nil {
 			cause := fmt.Errorf("eventstore: applying %d journaled records to %s failed: %w", len(recs), s.path, err)
 			s.failed.CompareAndSwap(nil, &cause)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Defaults for Limits and Options.
@@ -139,6 +140,11 @@ type Options struct {
 	// Logger receives loud warnings (a damaged bbolt meta page, a torn
 	// journal tail that was cut). nil logs to slog.Default().
 	Logger *slog.Logger
+
+	// MeterProvider, if set, receives the store's metrics: group commit
+	// sizes and durations, journal fdatasync and applier durations
+	// (metrics.go). nil records none.
+	MeterProvider metric.MeterProvider
 }
 
 type resolvedOptions struct {

@@ -62,6 +62,40 @@ func (m *Message) Size() int {
 	return len(m.env.Payload)
 }
 
+// Trace context limits: a traceparent is 55 characters in its version 00
+// (W3C Trace Context), and a tracestate should be propagated up to 512.
+// Longer values are not carried (a receiver reads them as absent).
+const (
+	maxTraceParent = 128
+	maxTraceState  = 512
+)
+
+// SetTraceContext makes the message carry the W3C trace context of its
+// caller (a request's traceparent and tracestate headers), outside the
+// payload and its size limit; a value over its bound is not carried. Call
+// it before the message is sent.
+func (m *Message) SetTraceContext(traceparent, tracestate string) {
+	if m.env == nil || len(traceparent) > maxTraceParent {
+		return
+	}
+	if len(tracestate) > maxTraceState || traceparent == "" {
+		tracestate = ""
+	}
+	m.env.Traceparent, m.env.Tracestate = traceparent, tracestate
+}
+
+// TraceContext returns the W3C trace context the message carries ("" when
+// none: an envelope of an earlier release, or a caller outside any trace).
+func (m *Message) TraceContext() (traceparent, tracestate string) {
+	if m.env == nil || m.env.Traceparent == "" || len(m.env.Traceparent) > maxTraceParent {
+		return "", ""
+	}
+	if len(m.env.Tracestate) > maxTraceState {
+		return m.env.Traceparent, ""
+	}
+	return m.env.Traceparent, m.env.Tracestate
+}
+
 // IsRequest reports whether the message decoded to a request (or names a
 // request type, when it did not decode).
 func (m *Message) IsRequest() bool {

@@ -28,7 +28,7 @@ import (
 )
 
 func init() {
-	register(command{name: "serve", summary: "[--config FILE] --data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]] [--tls-cert F --tls-key F [--tls-ca F] [--tls-client-auth require]] [--secret-file F]   run the StateIndex", run: serve})
+	register(command{name: "serve", summary: "[--config FILE] --data DIR [--journal on|off] [--listen HOST:PORT [--cluster NAME --peers HOST:PORT,...]] [--tls-cert F --tls-key F [--tls-ca F] [--tls-client-auth require]] [--secret-file F] [--metrics HOST:PORT] [--trace-otlp URL]   run the StateIndex", run: serve})
 }
 
 // retentionConfig turns the file's retention and expiry into the server's
@@ -101,6 +101,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tel, err := startTelemetry(file, log) // metrics.go
+	if err != nil {
+		return err
+	}
+	defer tel.close(context.Background())
+	tel.configure(&cfg, &storeOpts)
 
 	// Listen for signals before announcing readiness, so a signal right
 	// after the log line is never missed.
@@ -179,7 +185,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		libLevel = max(level, slog.LevelWarn) // Proto.Actor narrates every connection and topology change at info
 	}
 	libLog := slog.New(demote{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: libLevel})}).With("lib", "protoactor")
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return libLog }))
+	sys := actor.NewActorSystem(append([]actor.ConfigOption{actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return libLog })}, tel.actorOptions()...)...)
 	stopAdmin := func() {}
 	var admin *adminServer
 	if bolt != nil { // backup copies the data file: PostgreSQL has its own tools (pg_dump, base backups)
@@ -296,7 +302,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	printConnect(stdout, file, inspectorURL)
 
+	tel.serving()
 	<-ctx.Done()
+	tel.stopping()
 	log.Info("stateindex stopping: finishing queued requests")
 	stopInspector()
 	stopAdmin()

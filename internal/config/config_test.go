@@ -236,6 +236,20 @@ func TestFlagsOverrideTheFile(t *testing.T) {
 	assert.Equal(t, Origin{File: filepath.Join(dir, "main.yaml"), Line: 3}, f.Origin("cache.mib"))
 }
 
+func TestMetricsAndTracingKeys(t *testing.T) {
+	dir := write(t, map[string]string{"main.yaml": "metrics:\n  listen: 127.0.0.1:9464\ntracing:\n  otlp: http://127.0.0.1:4318\n  sample_ratio: 0.25\n"})
+	f, err := Load(filepath.Join(dir, "main.yaml"))
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:9464", f.Metrics.Listen)
+	assert.Equal(t, "http://127.0.0.1:4318", f.Tracing.OTLP)
+	assert.Equal(t, 0.25, f.Tracing.SampleRatio)
+	assert.Equal(t, 1.0, Default().Tracing.SampleRatio, "every trace by default")
+	assert.Empty(t, Default().Metrics.Listen, "off by default")
+	dir = write(t, map[string]string{"main.yaml": "tracing:\n  sample_ratio: 1.5\n"})
+	_, err = Load(filepath.Join(dir, "main.yaml"))
+	require.ErrorContains(t, err, "tracing.sample_ratio must be a fraction from 0 (none) to 1 (every trace), got 1.5")
+}
+
 func TestFlagsAreCheckedByTheFilesRules(t *testing.T) {
 	for _, tc := range []struct {
 		flag, value, yaml, want string
@@ -247,6 +261,8 @@ func TestFlagsAreCheckedByTheFilesRules(t *testing.T) {
 		{"journal", "maybe", "journal:\n  enabled: maybe", "must be on or off, got "},
 		{"health-interval", "-1s", "cluster:\n  health_interval: -1s", "must be positive, got -1s"},
 		{"max-message-bytes", "0", "remoting:\n  max_message_bytes: 0", "must be positive, got 0"},
+		{"metrics", "9464", "metrics:\n  listen: \"9464\"", `must be HOST:PORT (127.0.0.1:9464), or empty for none, got "9464"`},
+		{"trace-otlp", "collector:4318", "tracing:\n  otlp: collector:4318", `must be an http:// or https:// URL (http://127.0.0.1:4318), or empty for none, got "collector:4318"`},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			_, ferr := resolveArgs(t, "--"+tc.flag, tc.value)

@@ -46,6 +46,8 @@ type File struct {
 	Registry       Registry
 	Ledger         Ledger
 	HTTP           HTTP
+	Metrics        Metrics
+	Tracing        Tracing
 
 	// Sources lists the files read, the named one first, then each base.
 	Sources []string
@@ -197,6 +199,25 @@ type Auth struct {
 	SecretFile string
 }
 
+// Metrics configures the metrics endpoint: Listen is the HOST:PORT that
+// serves Prometheus metrics at /metrics and a health check at /healthz
+// ("" serves none); ActorSystem adds Proto.Actor's own metrics (per actor
+// message: they cost more than the StateIndex's).
+type Metrics struct {
+	Listen      string
+	ActorSystem bool
+}
+
+// Tracing configures traces: OTLP is the OTLP/HTTP endpoint spans are
+// exported to (http://HOST:4318; "" exports none unless the environment
+// sets OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT),
+// SampleRatio the fraction of traces started here that are kept (a
+// caller's sampled trace is always followed).
+type Tracing struct {
+	OTLP        string
+	SampleRatio float64
+}
+
 // Cluster configures membership of a Proto.Actor cluster.
 type Cluster struct {
 	Name           string // "" runs standalone
@@ -243,6 +264,8 @@ func Default() *File {
 		Remoting:       Remoting{MaxMessageBytes: wire.DefaultMaxBytes},
 		Cluster:        Cluster{HealthInterval: time.Second},
 		TLS:            TLS{ClientAuth: string(actors.ClientAuthNone)},
+		Metrics:        Metrics{ActorSystem: true},
+		Tracing:        Tracing{SampleRatio: 1},
 		Registry:       Registry{Enabled: true, Interval: 25 * time.Millisecond},
 		Ledger:         Ledger{Unestimated: string(frames.EstimateDeny), Lease: time.Duration(frames.DefaultLease)},
 		Retention:      Retention{Default: RetentionPolicy{KeepLastN: 10, DeleteOlderThan: 7 * 24 * time.Hour, OnCompletion: Keep, ArchiveDir: "archive"}, Interval: time.Minute},

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -101,6 +103,29 @@ func validEnvName(name string) bool {
 	return true
 }
 
+// hostPort is an address to listen on, or "" for none.
+var hostPort = spec{check: func(s string) bool {
+	if s == "" {
+		return true
+	}
+	_, p, err := net.SplitHostPort(s)
+	n, perr := strconv.Atoi(p)
+	return err == nil && perr == nil && n >= 0 && n <= 65535
+}, want: "HOST:PORT (127.0.0.1:9464), or empty for none"}
+
+// otlpURL is an OTLP/HTTP endpoint, or "" for none.
+var otlpURL = spec{check: func(s string) bool {
+	if s == "" {
+		return true
+	}
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}, want: "an http:// or https:// URL (http://127.0.0.1:4318), or empty for none"}
+
+// sampleRatio is a fraction of traces, 0 to 1.
+var sampleRatio = spec{check: func(s string) bool { f, err := strconv.ParseFloat(s, 64); return err == nil && f >= 0 && f <= 1 },
+	want: "a fraction from 0 (none) to 1 (every trace)"}
+
 var logLevel = spec{check: func(s string) bool { var l slog.Level; return l.UnmarshalText([]byte(s)) == nil }, want: "debug, info, warn or error"}
 
 // settings is the schema: every key a file may set.
@@ -179,6 +204,12 @@ var settings = func() []setting {
 		setting{key: "state.max_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxStateBytes }},
 		setting{key: "state.max_value_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxStateValueBytes }},
 		setting{key: "state.max_key_bytes", spec: positive(), field: func(f *File) any { return &f.Limits.MaxStateKeyBytes }},
+		setting{key: "metrics.listen", flag: "metrics", usage: "serve Prometheus metrics at http://HOST:PORT/metrics and a health check at /healthz (on that host only)",
+			spec: hostPort, field: func(f *File) any { return &f.Metrics.Listen }},
+		setting{key: "metrics.actor_system", field: func(f *File) any { return &f.Metrics.ActorSystem }},
+		setting{key: "tracing.otlp", flag: "trace-otlp", usage: "export a span per request over OTLP/HTTP to this URL (http://HOST:4318); OTEL_EXPORTER_OTLP_ENDPOINT works too",
+			spec: otlpURL, field: func(f *File) any { return &f.Tracing.OTLP }},
+		setting{key: "tracing.sample_ratio", spec: sampleRatio, field: func(f *File) any { return &f.Tracing.SampleRatio }},
 	)
 	return s
 }()

@@ -201,7 +201,7 @@ type Auth struct {
 
 // Metrics configures the metrics endpoint: Listen is the HOST:PORT that
 // serves Prometheus metrics at /metrics and a health check at /healthz
-// ("" serves none); ActorSystem adds Proto.Actor's own metrics (per actor
+// ("" serves none); ActorSystem adds Proto.Actor's own metrics (off by default: per actor
 // message: they cost more than the StateIndex's).
 type Metrics struct {
 	Listen      string
@@ -264,7 +264,6 @@ func Default() *File {
 		Remoting:       Remoting{MaxMessageBytes: wire.DefaultMaxBytes},
 		Cluster:        Cluster{HealthInterval: time.Second},
 		TLS:            TLS{ClientAuth: string(actors.ClientAuthNone)},
-		Metrics:        Metrics{ActorSystem: true},
 		Tracing:        Tracing{SampleRatio: 1},
 		Registry:       Registry{Enabled: true, Interval: 25 * time.Millisecond},
 		Ledger:         Ledger{Unestimated: string(frames.EstimateDeny), Lease: time.Duration(frames.DefaultLease)},

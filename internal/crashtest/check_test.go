@@ -341,3 +341,16 @@ func TestCheckCatchesBrokenPartialOutput(t *testing.T) {
 		assert.Contains(t, err.Error(), "its chunks were sent with")
 	})
 }
+
+// A kill before any matching event was written: the subscriber opened (and
+// maybe stored its position) but nothing matched yet. The checker found a
+// panic here (index -1) in a storm whose first kill came at once.
+func TestCheckSubscriptionLogBeforeAnyMatchingEvent(t *testing.T) {
+	st, err := crashtest.CheckSubscriptionLog([]byte("S 1 0\n"), map[uint64]crashtest.SubRef{}, 0, false)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(0), st.Covered)
+	assert.Equal(t, 1, st.Runs)
+	st, err = crashtest.CheckSubscriptionLog(nil, nil, 0, true)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(0), st.Covered)
+}

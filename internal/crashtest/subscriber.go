@@ -316,8 +316,11 @@ func CheckSubscriptionLog(log []byte, ref map[uint64]SubRef, stored uint64, stor
 		return st, fmt.Errorf("SKIPPED: event %d (scope %q version %d) was never delivered, yet %d after it was", c, ref[c].Scope, ref[c].Version, st.Last)
 	}
 	st.Covered = covered()
-	if st.Covered == ^uint64(0) {
-		st.Covered = seqs[len(seqs)-1] + 1
+	if st.Covered == ^uint64(0) { // every matching event delivered (or none was written yet)
+		st.Covered = 0
+		if len(seqs) > 0 {
+			st.Covered = seqs[len(seqs)-1] + 1
+		}
 	}
 	if !storedOK {
 		if st.Runs > 0 && lastAck > 0 {

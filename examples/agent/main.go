@@ -49,8 +49,15 @@ func main() {
 	dir := flag.String("data", "./data/agent-example", "data directory of the example's StateIndex")
 	approve := flag.Bool("approve", false, "approve the report: resume the suspended frame and finish")
 	crashAfter := flag.Int("crash-after", 0, "exit abruptly (as a kill would) after this many StateIndex writes; 0: never")
+	server := flag.String("server", "", "use a running `stateindex serve --listen HOST:PORT` over remoting instead of an in-process StateIndex on --data")
 	flag.Parse()
-	if err := run(*dir, *approve, *crashAfter); err != nil {
+	var err error
+	if *server != "" {
+		err = runRemote(*server, *approve, *crashAfter)
+	} else {
+		err = run(*dir, *approve, *crashAfter)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		os.Exit(1)
 	}
@@ -79,6 +86,23 @@ func run(dir string, approve bool, crashAfter int) error {
 
 	done := make(chan error, 1)
 	agent := &agent{si: srv.Client(), approve: approve, crashAfter: crashAfter, done: done}
+	sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return agent }))
+	return <-done
+}
+
+// runRemote runs the agent against a running server (its metrics, its
+// inspector and its data are the server's).
+func runRemote(addr string, approve bool, crashAfter int) error {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+	defer sys.Shutdown()
+	r, err := actors.StartRemote(sys, actors.RemoteConfig("127.0.0.1", 0))
+	if err != nil {
+		return err
+	}
+	defer r.Shutdown(false)
+	done := make(chan error, 1)
+	agent := &agent{si: actors.NewClient(sys.Root, actors.RemotePID(addr), 10*time.Second), approve: approve, crashAfter: crashAfter, done: done}
 	sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return agent }))
 	return <-done
 }

@@ -88,7 +88,7 @@ import (
 //     the store's tables are created in, and read from, the first existing
 //     schema of the search path, so one database can hold several stores.
 //     The schema must exist.
-//   - Sessions set idle_in_transaction_session_timeout (default 10s): a
+//   - Sessions set idle_in_transaction_session_timeout (default 3s): a
 //     server that loses a member's connection in mid-transaction ends
 //     that transaction, and its lock on the counter, within that time.
 //   - WatchCommits reports this store's commits at once and other
@@ -132,7 +132,10 @@ type PostgresOptions struct {
 	CommitTimeout time.Duration
 
 	// IdleInTransactionTimeout is set as the sessions'
-	// idle_in_transaction_session_timeout (default 10s).
+	// idle_in_transaction_session_timeout (default 3s: a member paused or
+	// cut off in the middle of a commit holds the global sequence row —
+	// every member's commits wait — until the server ends its session; a
+	// healthy member's transaction is idle only while it hashes a batch).
 	IdleInTransactionTimeout time.Duration
 
 	// ResolveTimeout bounds finding out, on a new connection, whether a
@@ -153,7 +156,7 @@ const (
 	DefaultPostgresMaxBatch       = 512
 	DefaultPostgresConnectTimeout = 5 * time.Second
 	DefaultPostgresCommitTimeout  = 30 * time.Second
-	DefaultPostgresIdleInTx       = 10 * time.Second
+	DefaultPostgresIdleInTx       = 3 * time.Second
 	DefaultPostgresResolveTimeout = 30 * time.Second
 	DefaultPostgresPollInterval   = time.Second
 )

@@ -1,7 +1,10 @@
 package actors_test
 
 import (
+	"context"
 	"fmt"
+	"net/url"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -9,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stateindex/stateindex/actors"
@@ -74,16 +78,57 @@ func benchContent(i int) string {
 // BenchmarkDurable: N scopes written concurrently through the Client, each
 // write an AddContextHandle of ~1 KiB fsynced before its reply.
 func BenchmarkDurable(b *testing.B) {
+	benchDurable(b, func(b *testing.B) (eventstore.Store, string) {
+		store, err := eventstore.Open(b.TempDir()+"/bench.db", &eventstore.Options{NoSync: benchNoSync})
+		require.NoError(b, err)
+		return store, ""
+	})
+}
+
+// BenchmarkDurablePostgres is BenchmarkDurable on the PostgreSQL store
+// (STATEINDEX_PG_URL; a fresh schema per size), fenced as `serve --store`
+// runs it: the same requests, each acknowledged after its commit.
+func BenchmarkDurablePostgres(b *testing.B) {
+	base := os.Getenv("STATEINDEX_PG_URL")
+	if base == "" {
+		b.Skip("STATEINDEX_PG_URL is not set: no PostgreSQL to measure (.ci/postgres.sh start sets one up)")
+	}
+	benchDurable(b, func(b *testing.B) (eventstore.Store, string) {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, base)
+		require.NoError(b, err)
+		defer conn.Close(ctx)
+		schema := fmt.Sprintf("bench_%d", time.Now().UnixNano())
+		_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
+		require.NoError(b, err)
+		b.Cleanup(func() {
+			c, err := pgx.Connect(context.Background(), base)
+			if err == nil {
+				_, _ = c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+				_ = c.Close(context.Background())
+			}
+		})
+		u, err := url.Parse(base)
+		require.NoError(b, err)
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		store, err := eventstore.OpenPostgres(ctx, u.String(), nil)
+		require.NoError(b, err)
+		return store, actors.OwnerName("bench")
+	})
+}
+
+func benchDurable(b *testing.B, open func(b *testing.B) (eventstore.Store, string)) {
 	for _, n := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("scopes=%d", n), func(b *testing.B) {
-			dir := b.TempDir()
-			store, err := eventstore.Open(dir+"/bench.db", &eventstore.Options{NoSync: benchNoSync})
-			require.NoError(b, err)
+			store, owner := open(b)
 			defer store.Close()
 			sys := quietSystem()
 			defer sys.Shutdown()
 			cfg := testConfig(newFakeClock())
 			cfg.Shards = benchShards
+			cfg.Owner = owner
 			srv, err := actors.Start(sys, store, cfg)
 			require.NoError(b, err)
 			defer srv.Stop()

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -719,16 +718,6 @@ func (s *PostgresStore) Checkpoints(ctx context.Context, stream string, fn func(
 
 // ---- Fencing and shared keys ----
 
-func checkOwner(owner string) error {
-	switch {
-	case owner == "" || len(owner) > 256:
-		return fmt.Errorf("%w: %d bytes (1..256)", ErrInvalidOwner, len(owner))
-	case !utf8.ValidString(owner) || strings.IndexByte(owner, 0) >= 0:
-		return fmt.Errorf("%w: %q is not UTF-8 without NUL", ErrInvalidOwner, owner)
-	}
-	return nil
-}
-
 // AcquireOwner implements Fencer: one durable upsert that takes the next
 // epoch. It waits for commits in flight that checked the stream's current
 // fence (they hold its owner row locked), so every append it deposes
@@ -737,7 +726,7 @@ func (s *PostgresStore) AcquireOwner(ctx context.Context, stream, owner string) 
 	if err := checkStream(stream); err != nil {
 		return Fence{}, err
 	}
-	if err := checkOwner(owner); err != nil {
+	if err := CheckOwner(owner); err != nil { // the rule every Fencer applies
 		return Fence{}, err
 	}
 	if err := s.check(ctx); err != nil {
@@ -801,8 +790,8 @@ func (s *PostgresStore) SharedKey(ctx context.Context, name string, generate fun
 	if err != nil {
 		return nil, fmt.Errorf("eventstore: generate shared key %s: %w", name, err)
 	}
-	if len(k) == 0 {
-		return nil, fmt.Errorf("%w: generate returned an empty key for %s", ErrInvalidKeyName, name)
+	if err := checkSharedKey(name, k); err != nil { // the same bounds as every KeyKeeper
+		return nil, err
 	}
 	wctx, cancel := s.writeCtx(ctx)
 	defer cancel()

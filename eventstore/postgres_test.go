@@ -100,6 +100,22 @@ func TestPostgresConformance(t *testing.T) {
 	})
 }
 
+// The Fencer and KeyKeeper conformance (storetest.RunFencer, RunKeyKeeper)
+// that MemoryStore runs too: epochs, fenced appends (sync and async), the
+// fence checked before the version, racing owners, bad input, a closed
+// store; keys created once, racing creators, a failing generator.
+func TestPostgresFencerConformance(t *testing.T) {
+	pgBaseURL(t)
+	open := func(t *testing.T) eventstore.Store {
+		_, u := pgSchema(t)
+		s, err := eventstore.OpenPostgres(context.Background(), u, &eventstore.PostgresOptions{PoolSize: 4})
+		require.NoError(t, err)
+		return s
+	}
+	t.Run("Fencer", func(t *testing.T) { storetest.RunFencer(t, open) })
+	t.Run("KeyKeeper", func(t *testing.T) { storetest.RunKeyKeeper(t, open) })
+}
+
 // Servers sharing one database: writers on three stores commit
 // concurrently, a reader on one of them tails ReadAll as its watcher
 // reports commits (its own and the others'), and must see every sequence
